@@ -1,0 +1,82 @@
+//! Running a physical plan on the scheduler.
+
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::datatypes::SchemaRef;
+use stride_sched::{QueryError, QueryStats, Scheduler, TaskSetWork};
+
+use crate::buffer::Buffer;
+use crate::error::{ExecError, Result};
+use crate::pipeline::compile;
+use crate::plan::PhysicalPlan;
+
+/// A query's result and its scheduling statistics.
+#[derive(Debug)]
+pub struct ExecOutput {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+    pub stats: QueryStats,
+    pub pipelines: usize,
+}
+
+impl ExecOutput {
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+/// Runs `plan` as one resource group and waits for its result (on the calling
+/// thread, which must not be a worker). `schema` names the result columns.
+pub fn execute(plan: &PhysicalPlan, schema: SchemaRef, scheduler: &Scheduler) -> Result<ExecOutput> {
+    let result = Arc::new(Buffer::new());
+    let pipelines = compile(plan, scheduler.config().workers, result.clone())?;
+    let count = pipelines.len();
+    let task_sets: Vec<Arc<dyn TaskSetWork>> = pipelines
+        .into_iter()
+        .map(|p| Arc::new(p) as Arc<dyn TaskSetWork>)
+        .collect();
+    let stats = scheduler.run(task_sets).map_err(unwrap_query_error)?;
+    let batches = result
+        .take()
+        .into_iter()
+        .map(|b| relabel(&schema, b))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ExecOutput {
+        schema,
+        batches,
+        stats,
+        pipelines: count,
+    })
+}
+
+/// Surfaces the executor's own error when a task failed with one.
+fn unwrap_query_error(e: QueryError) -> ExecError {
+    match e {
+        QueryError::Failed(task) => match task.0.downcast::<ExecError>() {
+            Ok(exec) => *exec,
+            Err(other) => ExecError::Internal(other.to_string()),
+        },
+        other => ExecError::Query(other),
+    }
+}
+
+/// Gives a result batch the plan's column names and nullability (relaxing
+/// nullability where the data holds NULLs the plan did not foresee).
+fn relabel(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    match RecordBatch::try_new_with_options(schema.clone(), batch.columns().to_vec(), &options) {
+        Ok(b) => Ok(b),
+        Err(_) => Ok(RecordBatch::try_new_with_options(
+            crate::nullable_schema(schema),
+            batch.columns().to_vec(),
+            &options,
+        )?),
+    }
+}
+
+/// Describes the pipelines of `plan` (for EXPLAIN).
+pub fn explain_pipelines(plan: &PhysicalPlan, workers: usize) -> Result<Vec<String>> {
+    let pipelines = compile(plan, workers, Arc::new(Buffer::new()))?;
+    Ok(pipelines.iter().map(|p| p.describe()).collect())
+}

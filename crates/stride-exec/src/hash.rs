@@ -1,0 +1,24 @@
+//! Hashing of join and group keys.
+
+/// Hash of a 64-bit integer key (multiply-xorshift; good enough spread for
+/// power-of-two tables).
+#[inline]
+pub fn hash_u64(x: u64) -> u64 {
+    let h = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^ (h >> 29)
+}
+
+/// Hash of a byte string (encoded multi-column key).
+#[inline]
+pub fn hash_bytes(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ bytes.len() as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let v = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        h = (h ^ v).wrapping_mul(0x1000_0000_01b3).rotate_left(23);
+    }
+    for &b in chunks.remainder() {
+        h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
+    }
+    hash_u64(h)
+}

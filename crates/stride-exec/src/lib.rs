@@ -1,0 +1,52 @@
+//! Stride's executor: physical plans of morsel-driven pipelines over Arrow.
+//!
+//! A [`PhysicalPlan`] (built by `stride-sql`) is a tree of operators. The
+//! [`pipeline`] compiler cuts it at pipeline breakers (hash-join build,
+//! aggregation, sort, limit, union) into an ordered list of [`Pipeline`]s, each
+//! `source → operators… → sink`. Every pipeline becomes one task set on the
+//! scheduler; its tasks pull morsels (row ranges) from the source and push them
+//! through the operators into the sink. Breakers keep per-worker state and
+//! merge it when the task set is finalized.
+//!
+//! Operators never touch run queues (they only see batches and a worker
+//! index); the scheduler never sees Arrow (it only sees `TaskSetWork`).
+//!
+//! Code map:
+//! * [`plan`] — the physical plan tree (properties only, no runtime state);
+//! * [`source`] — morsel sources: table blocks and materialized buffers;
+//! * [`buffer`] — materialized intermediate results kept in source order;
+//! * [`operator`] — one module per operator: filter, projection, hash join,
+//!   aggregate, sort, limit;
+//! * [`pipeline`] — pipelines as task sets, and the plan → pipelines compiler;
+//! * [`executor`] — running a plan on a scheduler and collecting its result.
+
+pub mod buffer;
+pub mod error;
+pub mod executor;
+pub mod hash;
+pub mod operator;
+pub mod pipeline;
+pub mod plan;
+pub mod source;
+
+pub use error::{ExecError, Result};
+pub use executor::{execute, ExecOutput};
+pub use plan::PhysicalPlan;
+pub use stride_sched::QueryStats;
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Schema, SchemaRef};
+
+/// The schema batches carry inside the executor: the plan's field names and
+/// types with every field nullable (outer joins and aggregates produce NULLs
+/// that a declared non-nullable field would reject).
+pub fn nullable_schema(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ))
+}

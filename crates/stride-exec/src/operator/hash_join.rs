@@ -1,0 +1,631 @@
+//! Hash join: build on one input, probe with the other.
+//!
+//! ```text
+//!  build pipeline:  source ─► … ─► HashBuildSink ──finish──► JoinHashTable
+//!  probe pipeline:  source ─► … ─► HashProbeOperator ─► … ─► sink
+//!  (build-side pass, only for outer/semi/anti joins that keep build rows)
+//!                   JoinBuildScanSource (reads the match bitmap) ─► … ─► same sink
+//! ```
+//!
+//! The build side is whichever input the planner chose (the smaller one);
+//! every SQL join type is mapped onto four independent behaviours:
+//! * `emit_pairs` — output matching (left, right) pairs (inner and outer joins);
+//! * probe-side `Outer`/`Semi`/`Anti` — decided per probe row, in the probe pipeline;
+//! * build-side `Outer`/`Semi`/`Anti` — matches are recorded in an atomic bitmap
+//!   over build rows and a final pass emits the wanted build rows.
+//!
+//! Output columns are always `left ++ right` (or one side only for semi/anti
+//! joins), whichever side was built.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions,
+    UInt32Array,
+};
+use arrow::buffer::NullBuffer;
+use arrow::compute::{cast, concat_batches, filter_record_batch, take};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion_expr::JoinType;
+
+use super::{Operator, PerWorker, Sink};
+use crate::error::{ExecError, Result};
+use crate::hash::{hash_bytes, hash_u64};
+use crate::plan::{BuildSide, ExprRef};
+use crate::source::{Morsel, Source};
+
+/// What a side of the join contributes beyond matching pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SideMode {
+    /// Nothing beyond the pairs.
+    None,
+    /// Rows without a match, padded with NULLs on the other side.
+    Outer,
+    /// Rows with at least one match (this side's columns only).
+    Semi,
+    /// Rows without any match (this side's columns only).
+    Anti,
+}
+
+/// The behaviour of a join once its build side is fixed.
+#[derive(Debug, Clone, Copy)]
+pub struct JoinModes {
+    pub emit_pairs: bool,
+    pub probe: SideMode,
+    pub build: SideMode,
+}
+
+impl JoinModes {
+    pub fn new(join_type: JoinType, build: BuildSide) -> Result<Self> {
+        use JoinType::*;
+        let build_left = build == BuildSide::Left;
+        // (mode of the left input, mode of the right input, emit pairs)
+        let (left, right, pairs) = match join_type {
+            Inner => (SideMode::None, SideMode::None, true),
+            Left => (SideMode::Outer, SideMode::None, true),
+            Right => (SideMode::None, SideMode::Outer, true),
+            Full => (SideMode::Outer, SideMode::Outer, true),
+            LeftSemi => (SideMode::Semi, SideMode::None, false),
+            LeftAnti => (SideMode::Anti, SideMode::None, false),
+            RightSemi => (SideMode::None, SideMode::Semi, false),
+            RightAnti => (SideMode::None, SideMode::Anti, false),
+            other => {
+                return Err(ExecError::Unsupported(format!("join type {other}")));
+            }
+        };
+        let (build_mode, probe_mode) = if build_left {
+            (left, right)
+        } else {
+            (right, left)
+        };
+        Ok(JoinModes {
+            emit_pairs: pairs,
+            probe: probe_mode,
+            build: build_mode,
+        })
+    }
+}
+
+/// Encoded join keys of a batch.
+#[derive(Debug)]
+enum Keys {
+    /// One integer-like key column, widened to i64; `None` entries are NULL.
+    Int(Vec<i64>, Option<NullBuffer>),
+    /// Multi-column or non-integer keys in Arrow's row format.
+    Rows(Rows, Option<NullBuffer>),
+    /// No keys: every row matches every row (cross / theta join).
+    Empty,
+}
+
+impl Keys {
+    fn is_null(&self, i: usize) -> bool {
+        match self {
+            Keys::Int(_, nulls) | Keys::Rows(_, nulls) => nulls.as_ref().is_some_and(|n| n.is_null(i)),
+            Keys::Empty => false,
+        }
+    }
+
+    #[inline]
+    fn hash(&self, i: usize) -> u64 {
+        match self {
+            Keys::Int(v, _) => hash_u64(v[i] as u64),
+            Keys::Rows(r, _) => hash_bytes(r.row(i).as_ref()),
+            Keys::Empty => 0,
+        }
+    }
+
+    #[inline]
+    fn eq(&self, i: usize, other: &Keys, j: usize) -> bool {
+        match (self, other) {
+            (Keys::Int(a, _), Keys::Int(b, _)) => a[i] == b[j],
+            (Keys::Rows(a, _), Keys::Rows(b, _)) => a.row(i) == b.row(j),
+            (Keys::Empty, Keys::Empty) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Turns key columns into [`Keys`]; shared by build and probe so both encode alike.
+#[derive(Debug)]
+pub struct KeyEncoder {
+    types: Vec<DataType>,
+    converter: Option<RowConverter>,
+    /// NULL keys match each other (otherwise they never match).
+    null_equals_null: bool,
+}
+
+fn is_int_like(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::Date32
+            | DataType::Date64
+    )
+}
+
+impl KeyEncoder {
+    pub fn new(types: Vec<DataType>, null_equals_null: bool) -> Result<Self> {
+        let int_fast = types.len() == 1 && is_int_like(&types[0]) && !null_equals_null;
+        let converter = if types.is_empty() || int_fast {
+            None
+        } else {
+            Some(RowConverter::new(
+                types.iter().map(|t| SortField::new(t.clone())).collect(),
+            )?)
+        };
+        Ok(KeyEncoder {
+            types,
+            converter,
+            null_equals_null,
+        })
+    }
+
+    fn encode(&self, columns: Vec<ArrayRef>) -> Result<Keys> {
+        if self.types.is_empty() {
+            return Ok(Keys::Empty);
+        }
+        let columns = columns
+            .into_iter()
+            .zip(&self.types)
+            .map(|(c, t)| {
+                if c.data_type() == t {
+                    Ok(c)
+                } else {
+                    cast(&c, t)
+                }
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let nulls = if self.null_equals_null {
+            None
+        } else {
+            NullBuffer::union_many(columns.iter().map(|c| c.logical_nulls()).collect::<Vec<_>>().iter().map(|n| n.as_ref()))
+        };
+        match &self.converter {
+            None => {
+                let widened = cast(&columns[0], &DataType::Int64)?;
+                let values = widened.as_primitive::<Int64Type>().values().to_vec();
+                Ok(Keys::Int(values, nulls))
+            }
+            Some(conv) => Ok(Keys::Rows(conv.convert_columns(&columns)?, nulls)),
+        }
+    }
+}
+
+fn eval_keys(exprs: &[ExprRef], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+        .collect()
+}
+
+/// The built hash table: chained buckets over the concatenated build rows.
+#[derive(Debug)]
+pub struct JoinHashTable {
+    batch: RecordBatch,
+    keys: Keys,
+    /// `heads[h & mask]` = 1 + first build row of the bucket's chain, 0 if empty.
+    heads: Vec<u32>,
+    /// `next[row]` = 1 + next build row in the chain, 0 at the end.
+    next: Vec<u32>,
+    mask: u64,
+    /// One bit per build row, set (fetch_or, Relaxed) when the row matched.
+    /// Read by the build-side pass, which runs in a later task set: the
+    /// scheduler's finalization hand-off orders all writes before those reads.
+    matched: Vec<AtomicU64>,
+    /// Some build key is NULL (for `NOT IN` semantics).
+    has_null_key: bool,
+}
+
+impl JoinHashTable {
+    fn build(batch: RecordBatch, keys: Keys, track_matches: bool) -> Result<Self> {
+        let n = batch.num_rows();
+        if n >= u32::MAX as usize {
+            return Err(ExecError::Unsupported(format!(
+                "hash join build side of {n} rows (limit {})",
+                u32::MAX - 1
+            )));
+        }
+        let buckets = (n.max(1) * 2).next_power_of_two();
+        let mask = buckets as u64 - 1;
+        let mut heads = vec![0u32; buckets];
+        let mut next = vec![0u32; n];
+        let mut has_null_key = false;
+        // Insert in reverse so that each chain lists rows in ascending order.
+        for row in (0..n).rev() {
+            if keys.is_null(row) {
+                has_null_key = true;
+                continue;
+            }
+            let b = (keys.hash(row) & mask) as usize;
+            next[row] = heads[b];
+            heads[b] = row as u32 + 1;
+        }
+        let matched = if track_matches {
+            (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(JoinHashTable {
+            batch,
+            keys,
+            heads,
+            next,
+            mask,
+            matched,
+            has_null_key,
+        })
+    }
+
+    pub fn num_rows(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    fn mark(&self, row: u32) {
+        self.matched[(row / 64) as usize].fetch_or(1 << (row % 64), Ordering::Relaxed);
+    }
+
+    fn is_matched(&self, row: usize) -> bool {
+        self.matched[row / 64].load(Ordering::Relaxed) & (1 << (row % 64)) != 0
+    }
+
+    /// Candidate pairs (probe row, build row) with equal keys.
+    fn candidates(&self, probe: &Keys, rows: usize) -> (Vec<u32>, Vec<u32>) {
+        let mut p = Vec::with_capacity(rows);
+        let mut b = Vec::with_capacity(rows);
+        if let Keys::Empty = probe {
+            for i in 0..rows as u32 {
+                for j in 0..self.num_rows() as u32 {
+                    p.push(i);
+                    b.push(j);
+                }
+            }
+            return (p, b);
+        }
+        for i in 0..rows {
+            if probe.is_null(i) {
+                continue;
+            }
+            let mut cur = self.heads[(probe.hash(i) & self.mask) as usize];
+            while cur != 0 {
+                let j = (cur - 1) as usize;
+                if probe.eq(i, &self.keys, j) {
+                    p.push(i as u32);
+                    b.push(j as u32);
+                }
+                cur = self.next[j];
+            }
+        }
+        (p, b)
+    }
+}
+
+/// Shared slot the build sink fills and the probe operator and build-side pass read.
+pub type HashTableSlot = Arc<OnceLock<JoinHashTable>>;
+
+/// Collects the build side and builds the hash table when finalized.
+#[derive(Debug)]
+pub struct HashBuildSink {
+    keys: Vec<ExprRef>,
+    encoder: Arc<KeyEncoder>,
+    schema: SchemaRef,
+    parts: PerWorker<Vec<RecordBatch>>,
+    track_matches: bool,
+    table: HashTableSlot,
+}
+
+impl HashBuildSink {
+    pub fn new(
+        keys: Vec<ExprRef>,
+        encoder: Arc<KeyEncoder>,
+        schema: SchemaRef,
+        workers: usize,
+        track_matches: bool,
+        table: HashTableSlot,
+    ) -> Self {
+        HashBuildSink {
+            keys,
+            encoder,
+            schema: crate::nullable_schema(&schema),
+            parts: PerWorker::new(workers),
+            track_matches,
+            table,
+        }
+    }
+}
+
+impl Sink for HashBuildSink {
+    fn consume(&self, _seq: u64, batch: RecordBatch, worker: usize) -> Result<()> {
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            batch.columns().to_vec(),
+            &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+        )?;
+        self.parts.with(worker, |p| p.push(batch));
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        let parts: Vec<RecordBatch> = self.parts.take_all().into_iter().flatten().collect();
+        let batch = concat_batches(&self.schema, &parts)?;
+        let keys = self
+            .encoder
+            .encode(eval_keys(&self.keys, &batch)?)?;
+        let table = JoinHashTable::build(batch, keys, self.track_matches)?;
+        self.table
+            .set(table)
+            .map_err(|_| ExecError::Internal("hash table built twice".into()))
+    }
+
+    fn name(&self) -> String {
+        let k: Vec<String> = self.keys.iter().map(|e| e.to_string()).collect();
+        format!("build hash table [{}]", k.join(", "))
+    }
+}
+
+/// Probes the hash table with each batch.
+#[derive(Debug)]
+pub struct HashProbeOperator {
+    keys: Vec<ExprRef>,
+    encoder: Arc<KeyEncoder>,
+    table: HashTableSlot,
+    modes: JoinModes,
+    build_side: BuildSide,
+    filter: Option<ExprRef>,
+    null_aware: bool,
+    /// Output schema (left ++ right, or one side for semi/anti).
+    schema: SchemaRef,
+    /// Schema of left ++ right (the filter's input).
+    joined_schema: SchemaRef,
+}
+
+impl HashProbeOperator {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        keys: Vec<ExprRef>,
+        encoder: Arc<KeyEncoder>,
+        table: HashTableSlot,
+        modes: JoinModes,
+        build_side: BuildSide,
+        filter: Option<ExprRef>,
+        null_aware: bool,
+        schema: SchemaRef,
+        joined_schema: SchemaRef,
+    ) -> Self {
+        HashProbeOperator {
+            keys,
+            encoder,
+            table,
+            modes,
+            build_side,
+            filter,
+            null_aware,
+            schema: crate::nullable_schema(&schema),
+            joined_schema: crate::nullable_schema(&joined_schema),
+        }
+    }
+
+    /// Gathers `left ++ right` rows for index pairs (build indices may be NULL).
+    fn gather(
+        &self,
+        table: &JoinHashTable,
+        probe: &RecordBatch,
+        probe_idx: &UInt32Array,
+        build_idx: &UInt32Array,
+    ) -> Result<RecordBatch> {
+        let p_cols = probe
+            .columns()
+            .iter()
+            .map(|c| take(c.as_ref(), probe_idx, None))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let b_cols = table
+            .batch
+            .columns()
+            .iter()
+            .map(|c| take(c.as_ref(), build_idx, None))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let columns = match self.build_side {
+            BuildSide::Left => b_cols.into_iter().chain(p_cols).collect(),
+            BuildSide::Right => p_cols.into_iter().chain(b_cols).collect(),
+        };
+        Ok(RecordBatch::try_new_with_options(
+            self.joined_schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(probe_idx.len())),
+        )?)
+    }
+}
+
+impl Operator for HashProbeOperator {
+    fn process(&self, batch: RecordBatch, _worker: usize) -> Result<RecordBatch> {
+        let table = self
+            .table
+            .get()
+            .ok_or_else(|| ExecError::Internal("probe before the hash table was built".into()))?;
+        let n = batch.num_rows();
+        let keys = self.encoder.encode(eval_keys(&self.keys, &batch)?)?;
+        let (mut p, mut b) = table.candidates(&keys, n);
+
+        // Apply the non-equi condition to candidate pairs.
+        let mut pairs: Option<RecordBatch> = None;
+        if let Some(filter) = &self.filter {
+            let joined = self.gather(
+                table,
+                &batch,
+                &UInt32Array::from(p.clone()),
+                &UInt32Array::from(b.clone()),
+            )?;
+            let mask = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
+            let mask: &BooleanArray = mask.as_boolean();
+            let keep: Vec<bool> = (0..mask.len())
+                .map(|i| mask.is_valid(i) && mask.value(i))
+                .collect();
+            let mut w = 0;
+            for (r, &k) in keep.iter().enumerate() {
+                if k {
+                    p[w] = p[r];
+                    b[w] = b[r];
+                    w += 1;
+                }
+            }
+            p.truncate(w);
+            b.truncate(w);
+            if self.modes.emit_pairs && self.modes.probe != SideMode::Outer {
+                pairs = Some(filter_record_batch(&joined, &BooleanArray::from(keep))?);
+            }
+        }
+
+        if self.modes.build != SideMode::None {
+            for &j in &b {
+                table.mark(j);
+            }
+        }
+
+        match self.modes.probe {
+            SideMode::Semi | SideMode::Anti => {
+                let mut matched = vec![false; n];
+                for &i in &p {
+                    matched[i as usize] = true;
+                }
+                let want = self.modes.probe == SideMode::Semi;
+                let mut keep: Vec<bool> = matched.into_iter().map(|m| m == want).collect();
+                if self.null_aware && self.modes.probe == SideMode::Anti {
+                    if table.has_null_key {
+                        keep.iter_mut().for_each(|k| *k = false);
+                    } else if table.num_rows() > 0 {
+                        for (i, k) in keep.iter_mut().enumerate() {
+                            if keys.is_null(i) {
+                                *k = false;
+                            }
+                        }
+                    }
+                }
+                let out = filter_record_batch(&batch, &BooleanArray::from(keep))?;
+                Ok(RecordBatch::try_new_with_options(
+                    self.schema.clone(),
+                    out.columns().to_vec(),
+                    &RecordBatchOptions::new().with_row_count(Some(out.num_rows())),
+                )?)
+            }
+            SideMode::Outer => {
+                let mut matched = vec![false; n];
+                for &i in &p {
+                    matched[i as usize] = true;
+                }
+                let mut probe_idx = p;
+                let mut build_idx: Vec<Option<u32>> = b.into_iter().map(Some).collect();
+                for (i, m) in matched.iter().enumerate() {
+                    if !m {
+                        probe_idx.push(i as u32);
+                        build_idx.push(None);
+                    }
+                }
+                self.gather(
+                    table,
+                    &batch,
+                    &UInt32Array::from(probe_idx),
+                    &UInt32Array::from(build_idx),
+                )
+            }
+            SideMode::None => {
+                if !self.modes.emit_pairs {
+                    // The build side alone produces output (build-side semi/anti).
+                    return Ok(RecordBatch::new_empty(self.schema.clone()));
+                }
+                match pairs {
+                    Some(pairs) => Ok(pairs),
+                    None => self.gather(table, &batch, &UInt32Array::from(p), &UInt32Array::from(b)),
+                }
+            }
+        }
+    }
+
+    fn name(&self) -> String {
+        let k: Vec<String> = self.keys.iter().map(|e| e.to_string()).collect();
+        format!("probe [{}]", k.join(", "))
+    }
+}
+
+/// The build-side pass: emits build rows by their match bit after the probe
+/// pipeline finished (build-side outer, semi and anti joins).
+#[derive(Debug)]
+pub struct JoinBuildScanSource {
+    table: HashTableSlot,
+    mode: SideMode,
+    build_side: BuildSide,
+    /// Types of the probe side's columns (NULL padding for outer joins).
+    probe_types: Vec<DataType>,
+    schema: SchemaRef,
+    /// Build rows handed out so far (Relaxed: only the returned range is used).
+    cursor: AtomicUsize,
+}
+
+impl JoinBuildScanSource {
+    pub fn new(
+        table: HashTableSlot,
+        mode: SideMode,
+        build_side: BuildSide,
+        probe_types: Vec<DataType>,
+        schema: SchemaRef,
+    ) -> Self {
+        JoinBuildScanSource {
+            table,
+            mode,
+            build_side,
+            probe_types,
+            schema: crate::nullable_schema(&schema),
+            cursor: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Source for JoinBuildScanSource {
+    fn next_morsel(&self, rows: usize) -> Result<Option<Morsel>> {
+        let table = self
+            .table
+            .get()
+            .ok_or_else(|| ExecError::Internal("build-side pass before the build".into()))?;
+        let rows = rows.max(1);
+        let start = self.cursor.fetch_add(rows, Ordering::Relaxed);
+        let total = table.num_rows();
+        if start >= total {
+            return Ok(None);
+        }
+        let end = (start + rows).min(total);
+        let want_matched = self.mode == SideMode::Semi;
+        let keep: BooleanArray = (start..end)
+            .map(|r| Some(table.is_matched(r) == want_matched))
+            .collect();
+        let build = filter_record_batch(&table.batch.slice(start, end - start), &keep)?;
+        let m = build.num_rows();
+        let columns: Vec<ArrayRef> = match self.mode {
+            SideMode::Outer => {
+                let nulls = self.probe_types.iter().map(|t| new_null_array(t, m));
+                match self.build_side {
+                    BuildSide::Left => build.columns().iter().cloned().chain(nulls).collect(),
+                    BuildSide::Right => nulls.chain(build.columns().iter().cloned()).collect(),
+                }
+            }
+            _ => build.columns().to_vec(),
+        };
+        let out = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(m)),
+        )?;
+        Ok(Some(Morsel {
+            slices: vec![((1u64 << 62) + start as u64, out)],
+        }))
+    }
+
+    fn name(&self) -> String {
+        format!("scan hash table ({:?} build rows)", self.mode)
+    }
+}

@@ -1,0 +1,78 @@
+//! Operators, one per module.
+//!
+//! Two kinds of runtime pieces make up a pipeline:
+//! * an [`Operator`] transforms one batch into another and is stateless or
+//!   read-only during the pipeline (filter, projection, hash-join probe);
+//! * a [`Sink`] ends a pipeline: it absorbs batches into per-worker state and
+//!   merges that state in [`Sink::finish`], which runs exactly once, when the
+//!   pipeline's task set is finalized (hash-join build, aggregation, sort,
+//!   limit, materialization).
+
+pub mod aggregate;
+pub mod filter;
+pub mod hash_join;
+pub mod limit;
+pub mod materialize;
+pub mod projection;
+pub mod sort;
+
+use std::fmt;
+
+use arrow::array::RecordBatch;
+
+use crate::error::Result;
+
+/// A streaming operator inside a pipeline.
+pub trait Operator: Send + Sync + fmt::Debug {
+    /// Transforms one batch. `worker` addresses per-worker state, if any.
+    fn process(&self, batch: RecordBatch, worker: usize) -> Result<RecordBatch>;
+    fn name(&self) -> String;
+}
+
+/// The end of a pipeline.
+pub trait Sink: Send + Sync + fmt::Debug {
+    /// Absorbs a batch produced from the morsel with sequence number `seq`.
+    fn consume(&self, seq: u64, batch: RecordBatch, worker: usize) -> Result<()>;
+    /// Merges per-worker state; called once after the last task of the pipeline.
+    fn finish(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Whether the sink needs no more input (a satisfied LIMIT).
+    fn is_full(&self) -> bool {
+        false
+    }
+    fn name(&self) -> String;
+}
+
+/// Per-worker slots, each behind its own (uncontended) mutex: worker `i` only
+/// locks slot `i` while the pipeline runs; `finish` locks them all once.
+#[derive(Debug)]
+pub struct PerWorker<T> {
+    slots: Vec<std::sync::Mutex<T>>,
+}
+
+impl<T: Default> PerWorker<T> {
+    pub fn new(workers: usize) -> Self {
+        PerWorker {
+            slots: (0..workers.max(1)).map(|_| Default::default()).collect(),
+        }
+    }
+}
+
+impl<T> PerWorker<T> {
+    pub fn with<R>(&self, worker: usize, f: impl FnOnce(&mut T) -> R) -> R {
+        let slot = &self.slots[worker % self.slots.len()];
+        f(&mut slot.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Takes every slot's contents.
+    pub fn take_all(&self) -> Vec<T>
+    where
+        T: Default,
+    {
+        self.slots
+            .iter()
+            .map(|s| std::mem::take(&mut *s.lock().unwrap_or_else(|e| e.into_inner())))
+            .collect()
+    }
+}

@@ -1,0 +1,313 @@
+//! Pipelines: `source → operators… → sink`, each one task set.
+//!
+//! [`compile`] walks a [`PhysicalPlan`] bottom-up. Streaming operators (filter,
+//! projection, hash-join probe) extend the pipeline of their input; breakers
+//! end it with a sink and start a new pipeline reading the breaker's output.
+//! Pipelines are emitted in an order in which every pipeline comes after the
+//! pipelines whose results it reads, which is the order the scheduler runs the
+//! task sets of the query's resource group.
+
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::RecordBatch;
+use stride_sched::{TaskContext, TaskError, TaskOutcome, TaskSetWork};
+
+use crate::buffer::Buffer;
+use crate::error::{ExecError, Result};
+use crate::operator::aggregate::aggregate;
+use crate::operator::filter::FilterOperator;
+use crate::operator::hash_join::{
+    HashBuildSink, HashProbeOperator, JoinBuildScanSource, JoinModes, KeyEncoder, SideMode,
+};
+use crate::operator::limit::LimitSink;
+use crate::operator::materialize::MaterializeSink;
+use crate::operator::projection::ProjectionOperator;
+use crate::operator::sort::SortSink;
+use crate::operator::{Operator, Sink};
+use crate::plan::{BuildSide, PhysicalPlan};
+use crate::source::{BlockSource, Blocks, Source};
+
+/// One pipeline, run as one task set.
+#[derive(Debug)]
+pub struct Pipeline {
+    pub id: usize,
+    pub source: Arc<dyn Source>,
+    pub operators: Vec<Arc<dyn Operator>>,
+    pub sink: Arc<dyn Sink>,
+}
+
+impl Pipeline {
+    fn push(&self, seq: u64, mut batch: RecordBatch, worker: usize) -> Result<()> {
+        for op in &self.operators {
+            if batch.num_rows() == 0 {
+                return Ok(());
+            }
+            batch = op.process(batch, worker)?;
+        }
+        if batch.num_rows() > 0 {
+            self.sink.consume(seq, batch, worker)?;
+        }
+        Ok(())
+    }
+
+    pub fn describe(&self) -> String {
+        let mut parts = vec![self.source.name()];
+        parts.extend(self.operators.iter().map(|o| o.name()));
+        parts.push(self.sink.name());
+        format!("pipeline {}: {}", self.id, parts.join(" → "))
+    }
+}
+
+impl TaskSetWork for Pipeline {
+    fn name(&self) -> String {
+        self.describe()
+    }
+
+    fn run_task(&self, ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+        loop {
+            if self.sink.is_full() {
+                return Ok(TaskOutcome::Exhausted);
+            }
+            let Some(morsel) = self.source.next_morsel(ctx.morsel_rows())? else {
+                return Ok(TaskOutcome::Exhausted);
+            };
+            let rows = morsel.rows();
+            for (seq, batch) in morsel.slices {
+                self.push(seq, batch, ctx.worker())?;
+            }
+            if !ctx.morsel_done(rows) {
+                return Ok(TaskOutcome::Yielded);
+            }
+        }
+    }
+
+    fn finalize(&self) -> Result<(), TaskError> {
+        Ok(self.sink.finish()?)
+    }
+}
+
+/// A pipeline under construction: its source and operators so far.
+struct Open {
+    source: Arc<dyn Source>,
+    operators: Vec<Arc<dyn Operator>>,
+}
+
+struct Compiler {
+    workers: usize,
+    pipelines: Vec<Pipeline>,
+}
+
+impl Compiler {
+    fn close(&mut self, open: Open, sink: Arc<dyn Sink>) {
+        let id = self.pipelines.len();
+        self.pipelines.push(Pipeline {
+            id,
+            source: open.source,
+            operators: open.operators,
+            sink,
+        });
+    }
+
+    fn read(buffer: Arc<Buffer>, name: &str) -> Open {
+        Open {
+            source: Arc::new(BlockSource::new(Blocks::Buffer {
+                name: name.to_string(),
+                buffer,
+            })),
+            operators: Vec::new(),
+        }
+    }
+
+    fn compile(&mut self, plan: &PhysicalPlan) -> Result<Open> {
+        Ok(match plan {
+            PhysicalPlan::Scan {
+                table, projection, ..
+            } => Open {
+                source: Arc::new(BlockSource::new(Blocks::Table {
+                    name: table.name().to_string(),
+                    blocks: table.blocks().clone(),
+                    projection: projection.clone(),
+                })),
+                operators: Vec::new(),
+            },
+            PhysicalPlan::Values { batches, .. } => Open {
+                source: Arc::new(BlockSource::new(Blocks::Batches {
+                    name: "values".to_string(),
+                    batches: batches.clone().into(),
+                })),
+                operators: Vec::new(),
+            },
+            PhysicalPlan::Filter { input, predicate } => {
+                let mut open = self.compile(input)?;
+                open.operators
+                    .push(Arc::new(FilterOperator::new(predicate.clone())));
+                open
+            }
+            PhysicalPlan::Projection {
+                input,
+                exprs,
+                schema,
+            } => {
+                let mut open = self.compile(input)?;
+                open.operators.push(Arc::new(ProjectionOperator::new(
+                    exprs.clone(),
+                    schema.clone(),
+                )));
+                open
+            }
+            PhysicalPlan::HashJoin(j) => {
+                let modes = JoinModes::new(j.join_type, j.build_side)?;
+                let (build, probe, build_keys, probe_keys) = match j.build_side {
+                    BuildSide::Left => (
+                        &j.left,
+                        &j.right,
+                        j.on.iter().map(|(l, _)| l.clone()).collect::<Vec<_>>(),
+                        j.on.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(),
+                    ),
+                    BuildSide::Right => (
+                        &j.right,
+                        &j.left,
+                        j.on.iter().map(|(_, r)| r.clone()).collect(),
+                        j.on.iter().map(|(l, _)| l.clone()).collect(),
+                    ),
+                };
+                let build_schema = build.schema();
+                let probe_schema = probe.schema();
+                let key_types = build_keys
+                    .iter()
+                    .map(|k| k.data_type(&build_schema))
+                    .collect::<datafusion_common::Result<Vec<_>>>()?;
+                let encoder = Arc::new(KeyEncoder::new(key_types, j.null_equals_null)?);
+                let slot = Arc::new(OnceLock::new());
+
+                let build_open = self.compile(build)?;
+                let build_sink = HashBuildSink::new(
+                    build_keys,
+                    encoder.clone(),
+                    build_schema.clone(),
+                    self.workers,
+                    modes.build != SideMode::None,
+                    slot.clone(),
+                );
+                self.close(build_open, Arc::new(build_sink));
+
+                let joined_schema = {
+                    let (l, r) = (j.left.schema(), j.right.schema());
+                    let fields: Vec<_> = l.fields().iter().chain(r.fields()).cloned().collect();
+                    Arc::new(arrow::datatypes::Schema::new(fields))
+                };
+                let mut open = self.compile(probe)?;
+                open.operators.push(Arc::new(HashProbeOperator::new(
+                    probe_keys,
+                    encoder,
+                    slot.clone(),
+                    modes,
+                    j.build_side,
+                    j.filter.clone(),
+                    j.null_aware,
+                    j.schema.clone(),
+                    joined_schema,
+                )));
+                if modes.build == SideMode::None {
+                    open
+                } else {
+                    // The probe pipeline and the build-side pass both feed one buffer.
+                    let buffer = Arc::new(Buffer::new());
+                    self.close(
+                        open,
+                        Arc::new(MaterializeSink::new(buffer.clone(), 0, "materialize join output")),
+                    );
+                    let pass = Open {
+                        source: Arc::new(JoinBuildScanSource::new(
+                            slot,
+                            modes.build,
+                            j.build_side,
+                            probe_schema.fields().iter().map(|f| f.data_type().clone()).collect(),
+                            j.schema.clone(),
+                        )),
+                        operators: Vec::new(),
+                    };
+                    self.close(
+                        pass,
+                        Arc::new(MaterializeSink::new(buffer.clone(), 0, "materialize join output")),
+                    );
+                    Self::read(buffer, "join output")
+                }
+            }
+            PhysicalPlan::Aggregate {
+                input,
+                group_by,
+                aggregates,
+                schema,
+            } => {
+                let input_schema = input.schema();
+                let group_types = group_by
+                    .iter()
+                    .map(|g| g.data_type(&input_schema))
+                    .collect::<datafusion_common::Result<Vec<_>>>()?;
+                let (sink, merge) = aggregate(
+                    group_by.clone(),
+                    group_types,
+                    aggregates.clone(),
+                    input_schema,
+                    schema.clone(),
+                    self.workers,
+                )?;
+                let open = self.compile(input)?;
+                self.close(open, Arc::new(sink));
+                Open {
+                    source: Arc::new(merge),
+                    operators: Vec::new(),
+                }
+            }
+            PhysicalPlan::Sort { input, keys, fetch } => {
+                let buffer = Arc::new(Buffer::new());
+                let sink = SortSink::new(
+                    keys.clone(),
+                    *fetch,
+                    input.schema(),
+                    self.workers,
+                    buffer.clone(),
+                );
+                let open = self.compile(input)?;
+                self.close(open, Arc::new(sink));
+                Self::read(buffer, "sorted rows")
+            }
+            PhysicalPlan::Limit { input, skip, fetch } => {
+                let buffer = Arc::new(Buffer::new());
+                let open = self.compile(input)?;
+                self.close(open, Arc::new(LimitSink::new(*skip, *fetch, buffer.clone())));
+                Self::read(buffer, "limited rows")
+            }
+            PhysicalPlan::Union { inputs, .. } => {
+                let buffer = Arc::new(Buffer::new());
+                for (i, input) in inputs.iter().enumerate() {
+                    let open = self.compile(input)?;
+                    self.close(
+                        open,
+                        Arc::new(MaterializeSink::new(
+                            buffer.clone(),
+                            (i as u64) << 48,
+                            "materialize union input",
+                        )),
+                    );
+                }
+                Self::read(buffer, "union")
+            }
+        })
+    }
+}
+
+/// Compiles `plan` into pipelines; the last one writes the result into `result`.
+pub fn compile(plan: &PhysicalPlan, workers: usize, result: Arc<Buffer>) -> Result<Vec<Pipeline>> {
+    let mut c = Compiler {
+        workers: workers.max(1),
+        pipelines: Vec::new(),
+    };
+    let open = c.compile(plan)?;
+    c.close(open, Arc::new(MaterializeSink::new(result, 0, "result")));
+    if c.pipelines.is_empty() {
+        return Err(ExecError::Internal("plan compiled to no pipeline".into()));
+    }
+    Ok(c.pipelines)
+}

@@ -1,0 +1,147 @@
+//! The contract between a task set and the scheduler.
+//!
+//! A task set is anything that can hand out work in small pieces. The scheduler
+//! calls [`TaskSetWork::run_task`] on any number of workers in parallel until
+//! one call reports [`TaskOutcome::Exhausted`]; once every running task of the
+//! set has returned, exactly one worker calls [`TaskSetWork::finalize`], and only
+//! then does the next task set of the resource group become runnable.
+//!
+//! A task never blocks: it processes morsels (row ranges sized by
+//! [`TaskContext::morsel_rows`]) and returns when [`TaskContext::morsel_done`]
+//! says its time slice `t_max` is used up.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// Error raised by a task or a finalization step. The executor puts its own
+/// typed error inside; the scheduler only carries it to the query's handle.
+pub struct TaskError(pub Box<dyn std::error::Error + Send + Sync>);
+
+impl TaskError {
+    pub fn new(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        TaskError(Box::new(err))
+    }
+}
+
+impl fmt::Debug for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// Why a resource group did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// A task or finalization step returned an error.
+    #[error("{0}")]
+    Failed(TaskError),
+    /// A task or finalization step panicked; the panic was contained to this query.
+    #[error("internal error: a task panicked: {0}")]
+    Panicked(String),
+    /// The query was cancelled through its [`crate::QueryHandle`].
+    #[error("query cancelled")]
+    Cancelled,
+    /// The scheduler shut down before the query finished.
+    #[error("scheduler shut down")]
+    Shutdown,
+}
+
+/// What a task reports when it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskOutcome {
+    /// The task's time slice ran out; the task set may have more work.
+    Yielded,
+    /// The task set has no more morsels to hand out.
+    Exhausted,
+}
+
+/// Work that the scheduler runs as a task set.
+pub trait TaskSetWork: Send + Sync {
+    /// Short name for traces and `EXPLAIN` (e.g. `pipeline 2: scan lineitem → build`).
+    fn name(&self) -> String;
+
+    /// Runs one task: takes morsels and processes them until
+    /// [`TaskContext::morsel_done`] returns `false` or no morsel is left.
+    /// May be called concurrently from several workers.
+    fn run_task(&self, ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError>;
+
+    /// Called exactly once, after the last task of the set has returned.
+    /// Breakers merge per-worker state here.
+    fn finalize(&self) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// Per-task state handed to [`TaskSetWork::run_task`].
+#[derive(Debug)]
+pub struct TaskContext {
+    worker: usize,
+    workers: usize,
+    deadline: Instant,
+    morsel_rows: usize,
+    pub(crate) morsels: u64,
+    pub(crate) tuples: u64,
+    cancelled: bool,
+}
+
+impl TaskContext {
+    pub(crate) fn new(
+        worker: usize,
+        workers: usize,
+        t_max: Duration,
+        morsel_rows: usize,
+        cancelled: bool,
+    ) -> Self {
+        TaskContext {
+            worker,
+            workers,
+            deadline: Instant::now() + t_max,
+            morsel_rows,
+            morsels: 0,
+            tuples: 0,
+            cancelled,
+        }
+    }
+
+    /// A context for running a task set outside of a scheduler (unit tests of
+    /// task sets, single-threaded tools).
+    pub fn detached(worker: usize, workers: usize, morsel_rows: usize) -> Self {
+        Self::new(worker, workers, Duration::from_millis(2), morsel_rows, false)
+    }
+
+    /// Index of the worker running this task, in `0..workers()`. Task sets use
+    /// it to address per-worker state without contention.
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    /// Number of workers of the scheduler.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// How many tuples the next morsel should hold.
+    pub fn morsel_rows(&self) -> usize {
+        self.morsel_rows
+    }
+
+    /// Records a processed morsel of `tuples` source tuples. Returns whether the
+    /// task should take another morsel (`false` once `t_max` is used up or the
+    /// query was cancelled).
+    pub fn morsel_done(&mut self, tuples: usize) -> bool {
+        self.morsels += 1;
+        self.tuples += tuples as u64;
+        !self.cancelled && Instant::now() < self.deadline
+    }
+
+    /// Whether the query this task belongs to was cancelled when the task started.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+}

@@ -1,0 +1,156 @@
+//! The catalog and function registry as DataFusion's planner sees them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion_common::config::ConfigOptions;
+use datafusion_common::{DataFusionError, TableReference};
+use datafusion_expr::planner::{ContextProvider, ExprPlanner};
+use datafusion_expr::{
+    AggregateUDF, HigherOrderUDF, ScalarUDF, TableProviderFilterPushDown, TableSource, WindowUDF,
+};
+use stride_storage::{Catalog, Table};
+
+/// A table snapshot handed to the planner. Lowering takes the snapshot back
+/// out of the `TableScan`, so a query reads exactly the data it was planned on.
+#[derive(Debug)]
+pub struct StrideTableSource {
+    pub table: Arc<Table>,
+}
+
+impl TableSource for StrideTableSource {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema().clone()
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&datafusion_expr::Expr],
+    ) -> datafusion_common::Result<Vec<TableProviderFilterPushDown>> {
+        // Filters stay in Filter nodes, fused into the scan's pipeline.
+        Ok(vec![TableProviderFilterPushDown::Unsupported; filters.len()])
+    }
+}
+
+/// Functions known to the planner; built once per engine.
+pub struct FunctionRegistry {
+    scalars: HashMap<String, Arc<ScalarUDF>>,
+    aggregates: HashMap<String, Arc<AggregateUDF>>,
+    planners: Vec<Arc<dyn ExprPlanner>>,
+}
+
+impl std::fmt::Debug for FunctionRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "FunctionRegistry({} scalar, {} aggregate)",
+            self.scalars.len(),
+            self.aggregates.len()
+        )
+    }
+}
+
+impl Default for FunctionRegistry {
+    fn default() -> Self {
+        let mut scalars = HashMap::new();
+        for f in datafusion_functions::all_default_functions() {
+            for alias in f.aliases() {
+                scalars.insert(alias.clone(), f.clone());
+            }
+            scalars.insert(f.name().to_string(), f);
+        }
+        let mut aggregates = HashMap::new();
+        for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
+            for alias in f.aliases() {
+                aggregates.insert(alias.clone(), f.clone());
+            }
+            aggregates.insert(f.name().to_string(), f);
+        }
+        let planners: Vec<Arc<dyn ExprPlanner>> = vec![
+            Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
+            Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+            Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
+            Arc::new(datafusion_functions_aggregate::planner::AggregateFunctionPlanner),
+        ];
+        FunctionRegistry {
+            scalars,
+            aggregates,
+            planners,
+        }
+    }
+}
+
+/// Resolves names against the catalog for one statement.
+pub struct PlannerContext<'a> {
+    pub catalog: &'a Catalog,
+    pub functions: &'a FunctionRegistry,
+    pub default_schema: &'a str,
+    pub options: &'a ConfigOptions,
+}
+
+impl PlannerContext<'_> {
+    /// Splits a table reference into (schema, table), applying the default schema.
+    pub fn resolve(&self, name: &TableReference) -> (String, String) {
+        match name {
+            TableReference::Bare { table } => (self.default_schema.to_string(), table.to_string()),
+            TableReference::Partial { schema, table }
+            | TableReference::Full { schema, table, .. } => (schema.to_string(), table.to_string()),
+        }
+    }
+}
+
+impl ContextProvider for PlannerContext<'_> {
+    fn get_table_source(&self, name: TableReference) -> datafusion_common::Result<Arc<dyn TableSource>> {
+        let (schema, table) = self.resolve(&name);
+        let table = self
+            .catalog
+            .table(&schema, &table)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        Ok(Arc::new(StrideTableSource { table }))
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        &self.functions.planners
+    }
+
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        self.functions.scalars.get(name).cloned()
+    }
+
+    fn get_higher_order_meta(&self, _name: &str) -> Option<Arc<HigherOrderUDF>> {
+        None
+    }
+
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        self.functions.aggregates.get(name).cloned()
+    }
+
+    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
+        None
+    }
+
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
+        None
+    }
+
+    fn options(&self) -> &ConfigOptions {
+        self.options
+    }
+
+    fn udf_names(&self) -> Vec<String> {
+        self.functions.scalars.keys().cloned().collect()
+    }
+
+    fn udaf_names(&self) -> Vec<String> {
+        self.functions.aggregates.keys().cloned().collect()
+    }
+
+    fn udwf_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn higher_order_function_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,54 @@
+use datafusion_common::DataFusionError;
+use stride_exec::ExecError;
+use stride_storage::StorageError;
+
+/// Errors of the SQL layer, one variant per kind a client must tell apart.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// The text is not valid SQL.
+    #[error("syntax error: {0}")]
+    Syntax(String),
+    /// Valid SQL naming something that does not exist (table, column, function).
+    #[error("{0}")]
+    Undefined(String),
+    /// Valid SQL that Stride does not support; names the construct.
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    /// Planning failed otherwise (type errors, ambiguous names…).
+    #[error("planning error: {0}")]
+    Plan(String),
+    #[error("invalid setting: {0}")]
+    Setting(String),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = SqlError> = std::result::Result<T, E>;
+
+impl From<DataFusionError> for SqlError {
+    fn from(e: DataFusionError) -> Self {
+        match e.find_root() {
+            DataFusionError::SQL(p, _) => SqlError::Syntax(p.to_string()),
+            DataFusionError::NotImplemented(m) => SqlError::Unsupported(m.clone()),
+            DataFusionError::SchemaError(s, _) => SqlError::Undefined(s.to_string()),
+            DataFusionError::Plan(m) if m.contains("not found") => SqlError::Undefined(m.clone()),
+            DataFusionError::Plan(m) => SqlError::Plan(m.clone()),
+            DataFusionError::External(ext) => match ext.downcast_ref::<StorageError>() {
+                Some(StorageError::TableNotFound(t)) => {
+                    SqlError::Undefined(format!("table \"{t}\" does not exist"))
+                }
+                Some(StorageError::SchemaNotFound(s)) => {
+                    SqlError::Undefined(format!("schema \"{s}\" does not exist"))
+                }
+                _ => SqlError::Plan(ext.to_string()),
+            },
+            other => SqlError::Exec(ExecError::DataFusion(DataFusionError::Internal(
+                other.to_string(),
+            ))),
+        }
+    }
+}

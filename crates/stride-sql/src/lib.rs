@@ -1,0 +1,19 @@
+//! Stride's SQL front end.
+//!
+//! SQL text is parsed, bound and optimized by DataFusion (reused, not
+//! rewritten); the optimized `LogicalPlan` is lowered by [`lower`] to Stride's
+//! [`stride_exec::PhysicalPlan`], choosing hash-join build sides from
+//! cardinality estimates, and run by [`Engine`] on the scheduler.
+//!
+//! * [`context`] — the catalog as DataFusion sees it (`ContextProvider`,
+//!   `TableSource`), with the default function registry;
+//! * [`lower`] — logical → physical plan, cardinality estimates;
+//! * [`engine`] — engine and sessions: statements, DDL/DML, EXPLAIN, settings.
+
+pub mod context;
+pub mod engine;
+pub mod error;
+pub mod lower;
+
+pub use engine::{Engine, EngineConfig, QueryOutput, Session, StatementOutput};
+pub use error::SqlError;

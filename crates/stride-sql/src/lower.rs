@@ -1,0 +1,400 @@
+//! Lowering an optimized DataFusion `LogicalPlan` to Stride's physical plan.
+//!
+//! Every node's output keeps the logical node's columns in order, so
+//! expressions compile against the logical input schema unchanged. Scalar
+//! subqueries must already be replaced by literals (see `engine`).
+//!
+//! Join build sides: DataFusion's logical optimizer keeps the FROM order and
+//! chooses no build side, so each hash join builds on the input with the
+//! smaller estimated cardinality ([`estimate_rows`]).
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::compute::SortOptions;
+use arrow::datatypes::{Schema, SchemaRef};
+use datafusion_common::{DFSchema, ScalarValue};
+use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::logical_plan::{
+    Aggregate, Distinct, EmptyRelation, FetchType, Join, Limit, SkipType, Sort, TableScan, Values,
+};
+use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_expr::{BinaryExpr, Expr, JoinType, LogicalPlan, Operator};
+use datafusion_common::NullEquality;
+use datafusion_physical_expr::aggregate::LoweredAggregateBuilder;
+use datafusion_physical_expr::create_physical_expr;
+use stride_exec::plan::{AggregateSpec, BuildSide, ExprRef, HashJoinPlan, SortKey};
+use stride_exec::PhysicalPlan;
+
+use crate::context::StrideTableSource;
+use crate::error::{Result, SqlError};
+
+/// Lowers logical plans; holds what expression compilation needs.
+pub struct Lowerer {
+    props: ExecutionProps,
+    planning: PhysicalPlanningContext,
+}
+
+impl Default for Lowerer {
+    fn default() -> Self {
+        Lowerer {
+            props: ExecutionProps::new(),
+            planning: PhysicalPlanningContext::default(),
+        }
+    }
+}
+
+fn unsupported(what: impl Into<String>) -> SqlError {
+    SqlError::Unsupported(what.into())
+}
+
+fn arrow_schema(schema: &DFSchema) -> SchemaRef {
+    Arc::new(schema.as_arrow().clone())
+}
+
+impl Lowerer {
+    fn expr(&self, e: &Expr, schema: &DFSchema) -> Result<ExprRef> {
+        Ok(create_physical_expr(e, schema, &self.props, &self.planning)?)
+    }
+
+    pub fn lower(&self, plan: &LogicalPlan) -> Result<PhysicalPlan> {
+        match plan {
+            LogicalPlan::Projection(p) => Ok(PhysicalPlan::Projection {
+                exprs: p
+                    .expr
+                    .iter()
+                    .map(|e| self.expr(e, p.input.schema()))
+                    .collect::<Result<_>>()?,
+                input: Box::new(self.lower(&p.input)?),
+                schema: arrow_schema(&p.schema),
+            }),
+            LogicalPlan::Filter(f) => Ok(PhysicalPlan::Filter {
+                predicate: self.expr(&f.predicate, f.input.schema())?,
+                input: Box::new(self.lower(&f.input)?),
+            }),
+            LogicalPlan::TableScan(scan) => self.scan(scan),
+            LogicalPlan::Join(join) => self.join(join),
+            LogicalPlan::Aggregate(agg) => self.aggregate(agg),
+            LogicalPlan::Sort(sort) => self.sort(sort),
+            LogicalPlan::Limit(limit) => self.limit(limit),
+            LogicalPlan::Union(u) => Ok(PhysicalPlan::Union {
+                inputs: u
+                    .inputs
+                    .iter()
+                    .map(|i| self.lower(i))
+                    .collect::<Result<_>>()?,
+                schema: arrow_schema(&u.schema),
+            }),
+            LogicalPlan::Distinct(Distinct::All(input)) => {
+                let schema = input.schema();
+                let group_by = (0..schema.fields().len())
+                    .map(|i| {
+                        let (q, f) = schema.qualified_field(i);
+                        self.expr(&Expr::Column(datafusion_common::Column::new(q.cloned(), f.name())), schema)
+                    })
+                    .collect::<Result<_>>()?;
+                Ok(PhysicalPlan::Aggregate {
+                    input: Box::new(self.lower(input)?),
+                    group_by,
+                    aggregates: Vec::new(),
+                    schema: arrow_schema(schema),
+                })
+            }
+            LogicalPlan::Distinct(Distinct::On(_)) => Err(unsupported("DISTINCT ON")),
+            LogicalPlan::SubqueryAlias(a) => self.lower(&a.input),
+            LogicalPlan::Values(v) => self.values(v),
+            LogicalPlan::EmptyRelation(e) => Ok(empty_relation(e)),
+            LogicalPlan::Subquery(_) => Err(unsupported("correlated subquery")),
+            LogicalPlan::Window(_) => Err(unsupported("window functions")),
+            LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
+            LogicalPlan::RecursiveQuery(_) => Err(unsupported("recursive CTE")),
+            LogicalPlan::Repartition(_) => Err(unsupported("repartition")),
+            other => Err(unsupported(format!(
+                "{} in a query",
+                other.display().to_string().split(':').next().unwrap_or("plan node")
+            ))),
+        }
+    }
+
+    fn scan(&self, scan: &TableScan) -> Result<PhysicalPlan> {
+        let source = scan
+            .source
+            .downcast_ref::<StrideTableSource>()
+            .ok_or_else(|| SqlError::Internal("table scan over a foreign table source".into()))?;
+        if !scan.filters.is_empty() {
+            return Err(SqlError::Internal(
+                "filters were pushed into a table scan that does not accept them".into(),
+            ));
+        }
+        let table = source.table.clone();
+        let projection = scan
+            .projection
+            .clone()
+            .unwrap_or_else(|| (0..table.schema().fields().len()).collect());
+        let plan = PhysicalPlan::Scan {
+            table,
+            projection,
+            schema: arrow_schema(&scan.projected_schema),
+        };
+        Ok(match scan.fetch {
+            Some(n) => PhysicalPlan::Limit {
+                input: Box::new(plan),
+                skip: 0,
+                fetch: Some(n),
+            },
+            None => plan,
+        })
+    }
+
+    fn join(&self, join: &Join) -> Result<PhysicalPlan> {
+        if matches!(join.join_type, JoinType::LeftMark | JoinType::RightMark) {
+            return Err(unsupported(
+                "subquery inside a disjunction (mark join)",
+            ));
+        }
+        let on = join
+            .on
+            .iter()
+            .map(|(l, r)| Ok((self.expr(l, join.left.schema())?, self.expr(r, join.right.schema())?)))
+            .collect::<Result<Vec<_>>>()?;
+        let joined = join.left.schema().join(join.right.schema())?;
+        let filter = join
+            .filter
+            .as_ref()
+            .map(|f| self.expr(f, &joined))
+            .transpose()?;
+        let left_rows = estimate_rows(&join.left);
+        let right_rows = estimate_rows(&join.right);
+        let build_side = if join.null_aware {
+            // NOT IN: the anti side must be probed.
+            match join.join_type {
+                JoinType::RightAnti => BuildSide::Left,
+                _ => BuildSide::Right,
+            }
+        } else if left_rows < right_rows {
+            BuildSide::Left
+        } else {
+            BuildSide::Right
+        };
+        Ok(PhysicalPlan::HashJoin(Box::new(HashJoinPlan {
+            left: self.lower(&join.left)?,
+            right: self.lower(&join.right)?,
+            on,
+            filter,
+            join_type: join.join_type,
+            build_side,
+            null_equals_null: join.null_equality == NullEquality::NullEqualsNull,
+            null_aware: join.null_aware,
+            schema: arrow_schema(&join.schema),
+        })))
+    }
+
+    fn aggregate(&self, agg: &Aggregate) -> Result<PhysicalPlan> {
+        let input_schema = agg.input.schema();
+        let physical_input = input_schema.as_arrow();
+        let mut group_by = Vec::new();
+        for g in &agg.group_expr {
+            if let Expr::GroupingSet(_) = g {
+                return Err(unsupported("GROUPING SETS / ROLLUP / CUBE"));
+            }
+            group_by.push(self.expr(g, input_schema)?);
+        }
+        let mut aggregates = Vec::new();
+        for (i, a) in agg.aggr_expr.iter().enumerate() {
+            let name = agg.schema.field(agg.group_expr.len() + i).name().clone();
+            let lowered =
+                LoweredAggregateBuilder::new(a, input_schema, physical_input, &self.props, &self.planning)
+                    .with_name(name)
+                    .build()?;
+            if !lowered.order_bys.is_empty() {
+                return Err(unsupported("ORDER BY inside an aggregate function"));
+            }
+            aggregates.push(AggregateSpec {
+                function: lowered.aggregate,
+                filter: lowered.filter,
+            });
+        }
+        Ok(PhysicalPlan::Aggregate {
+            input: Box::new(self.lower(&agg.input)?),
+            group_by,
+            aggregates,
+            schema: arrow_schema(&agg.schema),
+        })
+    }
+
+    fn sort(&self, sort: &Sort) -> Result<PhysicalPlan> {
+        let keys = sort
+            .expr
+            .iter()
+            .map(|s| {
+                Ok(SortKey {
+                    expr: self.expr(&s.expr, sort.input.schema())?,
+                    options: SortOptions {
+                        descending: !s.asc,
+                        nulls_first: s.nulls_first,
+                    },
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(PhysicalPlan::Sort {
+            input: Box::new(self.lower(&sort.input)?),
+            keys,
+            fetch: sort.fetch,
+        })
+    }
+
+    fn limit(&self, limit: &Limit) -> Result<PhysicalPlan> {
+        let skip = match limit.get_skip_type()? {
+            SkipType::Literal(n) => n,
+            SkipType::UnsupportedExpr => return Err(unsupported("OFFSET with a non-constant value")),
+        };
+        let fetch = match limit.get_fetch_type()? {
+            FetchType::Literal(n) => n,
+            FetchType::UnsupportedExpr => return Err(unsupported("LIMIT with a non-constant value")),
+        };
+        Ok(PhysicalPlan::Limit {
+            input: Box::new(self.lower(&limit.input)?),
+            skip,
+            fetch,
+        })
+    }
+
+    fn values(&self, v: &Values) -> Result<PhysicalPlan> {
+        let schema = arrow_schema(&v.schema);
+        let empty = DFSchema::empty();
+        let one_row = RecordBatch::try_new_with_options(
+            Arc::new(Schema::empty()),
+            vec![],
+            &RecordBatchOptions::new().with_row_count(Some(1)),
+        )?;
+        let mut columns: Vec<Vec<ScalarValue>> = vec![Vec::new(); schema.fields().len()];
+        for row in &v.values {
+            for (c, e) in row.iter().enumerate() {
+                let value = self.expr(e, &empty)?.evaluate(&one_row)?;
+                let scalar = match value {
+                    datafusion_expr::ColumnarValue::Scalar(s) => s,
+                    datafusion_expr::ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0)?,
+                };
+                columns[c].push(scalar);
+            }
+        }
+        let arrays = columns
+            .into_iter()
+            .zip(schema.fields())
+            .map(|(vals, f)| {
+                let a = ScalarValue::iter_to_array(vals)?;
+                Ok(if a.data_type() == f.data_type() {
+                    a
+                } else {
+                    arrow::compute::cast(&a, f.data_type())?
+                })
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let batch = RecordBatch::try_new_with_options(
+            stride_exec::nullable_schema(&schema),
+            arrays,
+            &RecordBatchOptions::new().with_row_count(Some(v.values.len())),
+        )?;
+        Ok(PhysicalPlan::Values {
+            schema,
+            batches: vec![batch],
+        })
+    }
+}
+
+fn empty_relation(e: &EmptyRelation) -> PhysicalPlan {
+    let schema = arrow_schema(&e.schema);
+    let batches = if e.produce_one_row {
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| arrow::array::new_null_array(f.data_type(), 1))
+            .collect();
+        RecordBatch::try_new_with_options(
+            stride_exec::nullable_schema(&schema),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(1)),
+        )
+        .map(|b| vec![b])
+        .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    PhysicalPlan::Values { schema, batches }
+}
+
+impl From<arrow::error::ArrowError> for SqlError {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        SqlError::Exec(stride_exec::ExecError::Arrow(e))
+    }
+}
+
+/// Fraction of rows a predicate keeps, by a fixed heuristic per conjunct
+/// (equality 0.1, range 0.33, LIKE 0.25, IN-list 0.2, anything else 0.5).
+fn selectivity(e: &Expr) -> f64 {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+            Operator::And => selectivity(left) * selectivity(right),
+            Operator::Or => (selectivity(left) + selectivity(right)).min(1.0),
+            Operator::Eq => 0.1,
+            Operator::NotEq => 0.9,
+            Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => 0.33,
+            _ => 0.5,
+        },
+        Expr::Between(_) => 0.25,
+        Expr::Like(_) => 0.25,
+        Expr::InList(l) => (0.1 * l.list.len() as f64).min(0.5),
+        Expr::Not(inner) => 1.0 - selectivity(inner),
+        _ => 0.5,
+    }
+}
+
+/// Estimated output rows of a logical plan, from table cardinalities and
+/// fixed selectivities; used to pick hash-join build sides.
+pub fn estimate_rows(plan: &LogicalPlan) -> f64 {
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            let rows = scan
+                .source
+                .downcast_ref::<StrideTableSource>()
+                .map_or(1000.0, |s| s.table.num_rows() as f64);
+            scan.fetch.map_or(rows, |f| rows.min(f as f64))
+        }
+        LogicalPlan::Filter(f) => (estimate_rows(&f.input) * selectivity(&f.predicate)).max(1.0),
+        LogicalPlan::Join(j) => {
+            let (l, r) = (estimate_rows(&j.left), estimate_rows(&j.right));
+            let sel = j.filter.as_ref().map_or(1.0, selectivity);
+            match j.join_type {
+                JoinType::Inner => l.max(r) * sel,
+                JoinType::Left => l,
+                JoinType::Right => r,
+                JoinType::Full => l + r,
+                JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => l * 0.5,
+                JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => r * 0.5,
+            }
+        }
+        LogicalPlan::Aggregate(a) => {
+            if a.group_expr.is_empty() {
+                1.0
+            } else {
+                (estimate_rows(&a.input) * 0.1).max(1.0)
+            }
+        }
+        LogicalPlan::Limit(l) => {
+            let input = estimate_rows(&l.input);
+            match l.get_fetch_type() {
+                Ok(FetchType::Literal(Some(n))) => input.min(n as f64),
+                _ => input,
+            }
+        }
+        LogicalPlan::Sort(s) => {
+            let input = estimate_rows(&s.input);
+            s.fetch.map_or(input, |n| input.min(n as f64))
+        }
+        LogicalPlan::Union(u) => u.inputs.iter().map(|i| estimate_rows(i)).sum(),
+        LogicalPlan::Values(v) => v.values.len() as f64,
+        LogicalPlan::EmptyRelation(e) => f64::from(u8::from(e.produce_one_row)),
+        LogicalPlan::Distinct(_) => plan.inputs().first().map_or(1.0, |i| estimate_rows(i) * 0.5),
+        other => other.inputs().first().map_or(1.0, |i| estimate_rows(i)),
+    }
+}

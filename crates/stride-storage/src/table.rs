@@ -1,0 +1,112 @@
+//! Immutable table snapshots.
+//!
+//! A [`Table`] is a schema plus a list of blocks (Arrow record batches). Blocks
+//! are never modified: appending rows makes a new snapshot that shares the old
+//! blocks (`RecordBatch` clones are reference-counted), so readers never see a
+//! partially written table and writers never wait for readers.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+
+use crate::error::{Result, StorageError};
+
+#[derive(Debug, Clone)]
+pub struct Table {
+    name: String,
+    schema: SchemaRef,
+    blocks: Arc<[RecordBatch]>,
+    rows: usize,
+}
+
+impl Table {
+    /// Makes a table from blocks; every block must have exactly `schema`'s
+    /// column types (field names and nullability are taken from `schema`).
+    pub fn new(
+        name: impl Into<String>,
+        schema: SchemaRef,
+        blocks: Vec<RecordBatch>,
+    ) -> Result<Self> {
+        let blocks = blocks
+            .into_iter()
+            .filter(|b| b.num_rows() > 0)
+            .map(|b| conform(&schema, b))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = blocks.iter().map(|b| b.num_rows()).sum();
+        Ok(Table {
+            name: name.into(),
+            schema,
+            blocks: blocks.into(),
+            rows,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    pub fn blocks(&self) -> &Arc<[RecordBatch]> {
+        &self.blocks
+    }
+
+    pub fn num_rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Bytes held by the table's arrays.
+    pub fn memory_size(&self) -> usize {
+        self.blocks.iter().map(|b| b.get_array_memory_size()).sum()
+    }
+
+    /// A new snapshot with `more` appended.
+    pub fn append(&self, more: Vec<RecordBatch>) -> Result<Table> {
+        let mut blocks: Vec<RecordBatch> = self.blocks.to_vec();
+        for b in more {
+            if b.num_rows() > 0 {
+                blocks.push(conform(&self.schema, b)?);
+            }
+        }
+        let rows = blocks.iter().map(|b| b.num_rows()).sum();
+        Ok(Table {
+            name: self.name.clone(),
+            schema: self.schema.clone(),
+            blocks: blocks.into(),
+            rows,
+        })
+    }
+}
+
+/// Re-labels a batch with `schema`, casting columns whose type differs.
+fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+    if batch.num_columns() != schema.fields().len() {
+        return Err(StorageError::InvalidArgument(format!(
+            "a block has {} columns, the table has {}",
+            batch.num_columns(),
+            schema.fields().len()
+        )));
+    }
+    if batch.schema() == *schema {
+        return Ok(batch);
+    }
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        let column = if column.data_type() == field.data_type() {
+            column.clone()
+        } else {
+            arrow::compute::cast(column, field.data_type())?
+        };
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(StorageError::InvalidArgument(format!(
+                "column \"{}\" does not accept NULL",
+                field.name()
+            )));
+        }
+        columns.push(column);
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}

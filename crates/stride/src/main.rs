@@ -1,0 +1,140 @@
+//! The `stride` command: one-shot SQL, an interactive shell, data export and
+//! benchmarks, all in-process.
+
+mod bench;
+mod shell;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use stride_sched::SchedulerConfig;
+use stride_sql::{Engine, EngineConfig, Session};
+
+
+#[derive(Parser, Debug)]
+#[command(name = "stride", version, about = "Stride: a main-memory analytical SQL engine with its own query scheduler")]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+struct GlobalArgs {
+    /// Generate TPC-H at these scale factors (schema `sf<SF>`, e.g. sf0_1), comma-separated.
+    #[arg(long, global = true, value_delimiter = ',')]
+    tpch: Vec<f64>,
+    /// Generate the Star Schema Benchmark at these scale factors (schema `ssb_sf<SF>`).
+    #[arg(long, global = true, value_delimiter = ',')]
+    ssb: Vec<f64>,
+    /// Seed of the SSB generator.
+    #[arg(long, global = true, default_value_t = 42)]
+    seed: u64,
+    /// Worker threads (default: one per core).
+    #[arg(long, global = true)]
+    workers: Option<usize>,
+    /// Tuples per morsel.
+    #[arg(long, global = true, default_value_t = 16384)]
+    morsel_rows: usize,
+    /// Do not pin workers to cores.
+    #[arg(long, global = true)]
+    no_pin: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run SQL statements and print their results.
+    Sql {
+        /// The SQL text (several statements separated by `;`).
+        sql: String,
+    },
+    /// Interactive SQL shell (statements end with `;`).
+    Shell,
+    /// Write every table of the generated schemas to Parquet files DIR/<schema>/<table>.parquet.
+    Export {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+/// Builds the engine and generates the requested data.
+fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
+    let mut scheduler = SchedulerConfig::default();
+    if let Some(w) = global.workers {
+        if w == 0 {
+            bail!("--workers must be at least 1");
+        }
+        scheduler.workers = w;
+    }
+    if global.morsel_rows == 0 {
+        bail!("--morsel-rows must be at least 1");
+    }
+    scheduler.morsel_rows = global.morsel_rows;
+    scheduler.pin_workers = !global.no_pin;
+    let engine = Engine::new(EngineConfig { scheduler });
+    let mut session = engine.session();
+    for &sf in &global.tpch {
+        let t = Instant::now();
+        let schema = engine
+            .load_tpch(sf)
+            .with_context(|| format!("generating TPC-H SF {sf}"))?;
+        eprintln!("generated TPC-H SF {sf} into schema {schema} in {:.1?}", t.elapsed());
+        session.set_default_schema(&schema)?;
+    }
+    for &sf in &global.ssb {
+        let t = Instant::now();
+        let schema = engine
+            .load_ssb(sf, global.seed)
+            .with_context(|| format!("generating SSB SF {sf}"))?;
+        eprintln!("generated SSB SF {sf} into schema {schema} in {:.1?}", t.elapsed());
+        if global.tpch.is_empty() {
+            session.set_default_schema(&schema)?;
+        }
+    }
+    Ok((engine, session))
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Sql { sql } => {
+            let (_engine, mut session) = start(&cli.global)?;
+            if !shell::run_text(&mut session, sql, &mut std::io::stdout())? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Shell => {
+            let (_engine, mut session) = start(&cli.global)?;
+            shell::interactive(&mut session)
+        }
+        Command::Export { dir } => {
+            let (engine, _) = start(&cli.global)?;
+            export(&engine, dir)
+        }
+        Command::Bench(cmd) => bench::run(cmd, &cli.global),
+    }
+}
+
+fn export(engine: &Engine, dir: &std::path::Path) -> Result<()> {
+    let catalog = engine.catalog();
+    for schema in catalog.schema_names() {
+        for name in catalog.table_names(&schema)? {
+            let table = catalog.table(&schema, &name)?;
+            let folder = dir.join(&schema);
+            std::fs::create_dir_all(&folder)
+                .with_context(|| format!("creating {}", folder.display()))?;
+            let path = folder.join(format!("{name}.parquet"));
+            let rows = stride_storage::files::write_parquet(&path, table.schema(), table.blocks())?;
+            eprintln!("wrote {rows} rows to {}", path.display());
+        }
+    }
+    Ok(())
+}

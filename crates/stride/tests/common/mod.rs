@@ -1,0 +1,135 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use arrow::array::RecordBatch;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+
+/// Formats every cell of `batches` as text: NULL as `NULL`, everything else as
+/// Arrow displays it (ISO dates, decimals with their scale).
+pub fn rows_as_text(batches: &[RecordBatch]) -> Vec<Vec<String>> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut rows = Vec::new();
+    for batch in batches {
+        let formatters: Vec<ArrayFormatter> = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
+            .collect();
+        for r in 0..batch.num_rows() {
+            rows.push(formatters.iter().map(|f| f.value(r).to_string()).collect());
+        }
+    }
+    rows
+}
+
+/// Parses CSV text (RFC 4180: quoted fields may hold commas, quotes and newlines).
+pub fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    let mut row = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if quoted {
+            match c {
+                '"' if chars.peek() == Some(&'"') => {
+                    field.push('"');
+                    chars.next();
+                }
+                '"' => quoted = false,
+                other => field.push(other),
+            }
+        } else {
+            match c {
+                '"' => quoted = true,
+                ',' => row.push(std::mem::take(&mut field)),
+                '\n' => {
+                    row.push(std::mem::take(&mut field));
+                    rows.push(std::mem::take(&mut row));
+                }
+                '\r' => {}
+                other => field.push(other),
+            }
+        }
+    }
+    if !field.is_empty() || !row.is_empty() {
+        row.push(field);
+        rows.push(row);
+    }
+    rows
+}
+
+/// Number of digits after the decimal point of a numeric text.
+fn scale_of(s: &str) -> i32 {
+    s.split_once('.').map_or(0, |(_, f)| f.len() as i32)
+}
+
+/// Whether two cells agree: equal text (trailing blanks ignored), or numbers
+/// equal within 1e-9 relative, or equal at the precision `actual` is printed
+/// with (a decimal result of scale s matches a reference rounded to s digits).
+pub fn cells_match(actual: &str, expected: &str) -> bool {
+    let (a, e) = (actual.trim_end(), expected.trim_end());
+    if a == e {
+        return true;
+    }
+    match (a.parse::<f64>(), e.parse::<f64>()) {
+        (Ok(x), Ok(y)) => {
+            let diff = (x - y).abs();
+            let rel = diff <= 1e-9 * x.abs().max(y.abs());
+            let at_scale = diff <= 0.5 * 10f64.powi(-scale_of(a)) * (1.0 + 1e-9) + 1e-12 * y.abs();
+            rel || at_scale
+        }
+        _ => false,
+    }
+}
+
+/// Compares rows as multisets (each expected row matched to a distinct actual row).
+pub fn match_rows(actual: &[Vec<String>], expected: &[Vec<String>]) -> Result<(), String> {
+    if actual.len() != expected.len() {
+        return Err(format!(
+            "{} rows, expected {}",
+            actual.len(),
+            expected.len()
+        ));
+    }
+    let mut used = vec![false; actual.len()];
+    for (i, exp) in expected.iter().enumerate() {
+        // Fast path: the row at the same position.
+        let same = |a: &Vec<String>| a.len() == exp.len() && a.iter().zip(exp).all(|(x, y)| cells_match(x, y));
+        if !used[i] && same(&actual[i]) {
+            used[i] = true;
+            continue;
+        }
+        match (0..actual.len()).find(|&j| !used[j] && same(&actual[j])) {
+            Some(j) => used[j] = true,
+            None => return Err(format!("expected row {i} {exp:?} not found in the result")),
+        }
+    }
+    Ok(())
+}
+
+/// Compares two cells for ordering: numerically when both are numbers.
+pub fn compare_cells(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal),
+        _ => a.cmp(b),
+    }
+}
+
+/// Checks that `rows` are sorted by `keys` (column index, descending).
+pub fn check_sorted(rows: &[Vec<String>], keys: &[(usize, bool)]) -> Result<(), String> {
+    for w in rows.windows(2) {
+        for &(col, desc) in keys {
+            let ord = compare_cells(&w[0][col], &w[1][col]);
+            let ord = if desc { ord.reverse() } else { ord };
+            match ord {
+                std::cmp::Ordering::Less => break,
+                std::cmp::Ordering::Greater => {
+                    return Err(format!("rows out of order: {:?} before {:?}", w[0], w[1]))
+                }
+                std::cmp::Ordering::Equal => continue,
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! All 22 TPC-H queries at SF 0.1 against the reference answers
+//! (`tests/tpch-answers`, computed by DuckDB on the same tpchgen data).
+//!
+//! Rows are compared as multisets with numeric tolerance, and the order of the
+//! result is checked against each query's ORDER BY keys.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use stride_sched::SchedulerConfig;
+use stride_sql::{Engine, EngineConfig};
+
+/// ORDER BY of each query as (output column, descending).
+const ORDER: [&[(usize, bool)]; 22] = [
+    &[(0, false), (1, false)],
+    &[(0, true), (2, false), (1, false), (3, false)],
+    &[(1, true), (2, false)],
+    &[(0, false)],
+    &[(1, true)],
+    &[],
+    &[(0, false), (1, false), (2, false)],
+    &[(0, false)],
+    &[(0, false), (1, true)],
+    &[(2, true)],
+    &[(1, true)],
+    &[(0, false)],
+    &[(1, true), (0, true)],
+    &[],
+    &[(0, false)],
+    &[(3, true), (0, false), (1, false), (2, false)],
+    &[],
+    &[(4, true), (3, false)],
+    &[],
+    &[(0, false)],
+    &[(1, true), (0, false)],
+    &[(0, false)],
+];
+
+fn engine() -> &'static Arc<Engine> {
+    static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let engine = Engine::new(EngineConfig {
+            scheduler: SchedulerConfig {
+                workers: 2,
+                pin_workers: false,
+                ..SchedulerConfig::default()
+            },
+        });
+        engine.load_tpch(0.1).expect("generate TPC-H SF 0.1");
+        engine
+    })
+}
+
+fn check(n: usize) {
+    let queries = stride::workload::tpch(0.1);
+    let query = &queries[n - 1];
+    let mut session = engine().session();
+    session.set_default_schema("sf0_1").unwrap();
+    let out = session
+        .query(&query.sql)
+        .unwrap_or_else(|e| panic!("q{n} failed: {e}"));
+    let actual = common::rows_as_text(&out.batches);
+    let path = format!("{}/tests/tpch-answers/q{n}.csv", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut expected = common::parse_csv(&text);
+    let header = expected.remove(0);
+    assert_eq!(out.schema.fields().len(), header.len(), "q{n}: column count");
+    if let Err(e) = common::match_rows(&actual, &expected) {
+        panic!("q{n}: {e}\nactual (first rows): {:?}", &actual[..actual.len().min(5)]);
+    }
+    if let Err(e) = common::check_sorted(&actual, ORDER[n - 1]) {
+        panic!("q{n}: {e}");
+    }
+}
+
+macro_rules! tpch_tests {
+    ($($name:ident => $n:expr),* $(,)?) => {
+        $(#[test] fn $name() { check($n); })*
+    };
+}
+
+tpch_tests!(
+    q01 => 1, q02 => 2, q03 => 3, q04 => 4, q05 => 5, q06 => 6, q07 => 7, q08 => 8,
+    q09 => 9, q10 => 10, q11 => 11, q12 => 12, q13 => 13, q14 => 14, q15 => 15,
+    q16 => 16, q17 => 17, q18 => 18, q19 => 19, q20 => 20, q21 => 21, q22 => 22,
+);
