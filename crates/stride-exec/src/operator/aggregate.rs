@@ -347,7 +347,7 @@ impl Sink for AggregateSink {
             })
             .collect::<Result<_>>()?;
         self.partials.with(worker, |p| {
-            if p.states.is_empty() {
+            if p.states.len() != s.aggregates.len() {
                 p.states = s.aggregates.iter().map(GroupState::new).collect::<Result<_>>()?;
             }
             let mut groups = Vec::new();
@@ -374,7 +374,7 @@ impl Sink for AggregateSink {
         let s = &self.shared;
         let mut outputs = Vec::new();
         for mut p in self.partials.take_all() {
-            if p.states.is_empty() {
+            if p.table.is_none() && p.keyless_groups == 0 {
                 continue; // this worker saw no input
             }
             let states = p
