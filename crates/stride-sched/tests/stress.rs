@@ -1,0 +1,278 @@
+//! Concurrency tests of the scheduler: many resource groups submitted from
+//! several threads at once; every task item must run exactly once, every task
+//! set must be finalized exactly once and only after all its tasks returned,
+//! and task sets of a group must run strictly in order.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stride_sched::{
+    QueryError, Scheduler, SchedulerConfig, TaskContext, TaskError, TaskOutcome, TaskSetWork,
+};
+
+/// Deterministic xorshift generator (the tests are seeded).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A task set of `items` work items, taken with an atomic cursor in morsels.
+struct CountingSet {
+    items: usize,
+    cursor: AtomicUsize,
+    runs: Vec<AtomicU32>,
+    active_tasks: AtomicUsize,
+    finalized: AtomicU32,
+    /// The previous task set of the same group; must be finalized before this one runs.
+    previous: Option<Arc<CountingSet>>,
+    order_violation: AtomicBool,
+}
+
+impl CountingSet {
+    fn new(items: usize, previous: Option<Arc<CountingSet>>) -> Arc<Self> {
+        Arc::new(CountingSet {
+            items,
+            cursor: AtomicUsize::new(0),
+            runs: (0..items).map(|_| AtomicU32::new(0)).collect(),
+            active_tasks: AtomicUsize::new(0),
+            finalized: AtomicU32::new(0),
+            previous,
+            order_violation: AtomicBool::new(false),
+        })
+    }
+}
+
+impl TaskSetWork for CountingSet {
+    fn name(&self) -> String {
+        format!("counting set of {}", self.items)
+    }
+
+    fn run_task(&self, ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+        if let Some(prev) = &self.previous {
+            if prev.finalized.load(Ordering::SeqCst) != 1 {
+                self.order_violation.store(true, Ordering::SeqCst);
+            }
+        }
+        self.active_tasks.fetch_add(1, Ordering::SeqCst);
+        let outcome = loop {
+            let n = ctx.morsel_rows();
+            let start = self.cursor.fetch_add(n, Ordering::Relaxed);
+            if start >= self.items {
+                break TaskOutcome::Exhausted;
+            }
+            let end = (start + n).min(self.items);
+            for i in start..end {
+                self.runs[i].fetch_add(1, Ordering::Relaxed);
+            }
+            if !ctx.morsel_done(end - start) {
+                break TaskOutcome::Yielded;
+            }
+        };
+        self.active_tasks.fetch_sub(1, Ordering::SeqCst);
+        Ok(outcome)
+    }
+
+    fn finalize(&self) -> Result<(), TaskError> {
+        assert_eq!(self.active_tasks.load(Ordering::SeqCst), 0, "finalized while a task runs");
+        self.finalized.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn config(workers: usize, morsel_rows: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        workers,
+        pin_workers: false,
+        t_max: Duration::from_micros(50),
+        morsel_rows,
+    }
+}
+
+#[test]
+fn thousands_of_groups_every_task_once_every_set_finalized_once() {
+    let scheduler = Arc::new(Scheduler::new(config(4, 3)));
+    let all_sets: Arc<Mutex<Vec<Arc<CountingSet>>>> = Arc::default();
+    let submitters: Vec<_> = (0..4u64)
+        .map(|t| {
+            let scheduler = scheduler.clone();
+            let all_sets = all_sets.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x9E37_79B9 + t);
+                let mut handles = Vec::new();
+                for _ in 0..500 {
+                    let mut sets: Vec<Arc<CountingSet>> = Vec::new();
+                    for _ in 0..1 + rng.below(4) {
+                        let items = rng.below(40) as usize; // includes empty sets
+                        sets.push(CountingSet::new(items, sets.last().cloned()));
+                    }
+                    all_sets.lock().unwrap().extend(sets.iter().cloned());
+                    let work: Vec<Arc<dyn TaskSetWork>> =
+                        sets.into_iter().map(|s| s as Arc<dyn TaskSetWork>).collect();
+                    handles.push(scheduler.submit(work));
+                }
+                for h in handles {
+                    h.wait().expect("query failed");
+                }
+            })
+        })
+        .collect();
+    for s in submitters {
+        s.join().unwrap();
+    }
+    let sets = all_sets.lock().unwrap();
+    assert!(sets.len() >= 2000);
+    let mut items = 0;
+    for set in sets.iter() {
+        assert_eq!(set.finalized.load(Ordering::SeqCst), 1, "finalized exactly once");
+        assert!(!set.order_violation.load(Ordering::SeqCst), "ran before its predecessor finished");
+        for r in &set.runs {
+            assert_eq!(r.load(Ordering::Relaxed), 1, "every item runs exactly once");
+            items += 1;
+        }
+    }
+    assert!(items > 10_000);
+    assert_eq!(scheduler.active_groups(), 0);
+}
+
+struct Failing {
+    panic: bool,
+}
+
+impl TaskSetWork for Failing {
+    fn name(&self) -> String {
+        "failing".into()
+    }
+    fn run_task(&self, _ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+        if self.panic {
+            panic!("operator bug");
+        }
+        Err(TaskError::new(std::io::Error::other("division by zero")))
+    }
+}
+
+#[test]
+fn a_failing_or_panicking_query_fails_alone() {
+    let scheduler = Scheduler::new(config(2, 4));
+    let good = CountingSet::new(1000, None);
+    let after = CountingSet::new(10, None);
+    let h_panic = scheduler.submit(vec![Arc::new(Failing { panic: true }), after.clone()]);
+    let h_err = scheduler.submit(vec![Arc::new(Failing { panic: false })]);
+    let h_good = scheduler.submit(vec![good.clone()]);
+    match h_panic.wait() {
+        Err(QueryError::Panicked(msg)) => assert!(msg.contains("operator bug")),
+        other => panic!("expected a contained panic, got {other:?}"),
+    }
+    match h_err.wait() {
+        Err(QueryError::Failed(e)) => assert!(e.to_string().contains("division by zero")),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let stats = h_good.wait().expect("the good query succeeds");
+    assert_eq!(stats.tuples, 1000);
+    assert!(good.runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+    // The task set after the panicking one never ran.
+    assert_eq!(after.finalized.load(Ordering::SeqCst), 0);
+    assert!(after.runs.iter().all(|r| r.load(Ordering::Relaxed) == 0));
+}
+
+/// A task set that never runs dry until cancelled.
+struct Endless {
+    tasks: AtomicUsize,
+}
+
+impl TaskSetWork for Endless {
+    fn name(&self) -> String {
+        "endless".into()
+    }
+    fn run_task(&self, ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+        self.tasks.fetch_add(1, Ordering::Relaxed);
+        while ctx.morsel_done(1) {}
+        Ok(TaskOutcome::Yielded)
+    }
+}
+
+#[test]
+fn cancel_stops_a_query_and_frees_the_workers() {
+    let scheduler = Scheduler::new(config(2, 1));
+    let endless = Arc::new(Endless {
+        tasks: AtomicUsize::new(0),
+    });
+    let handle = scheduler.submit(vec![endless.clone()]);
+    while endless.tasks.load(Ordering::Relaxed) < 10 {
+        std::thread::yield_now();
+    }
+    handle.cancel();
+    assert!(matches!(handle.wait(), Err(QueryError::Cancelled)));
+    // Workers are free again: a new query completes.
+    let next = CountingSet::new(100, None);
+    scheduler.run(vec![next.clone()]).expect("runs after cancellation");
+    assert_eq!(next.finalized.load(Ordering::SeqCst), 1);
+    assert_eq!(scheduler.active_groups(), 0);
+}
+
+/// Records the order in which groups' tasks run.
+struct Logging {
+    group: usize,
+    tasks: usize,
+    taken: AtomicUsize,
+    log: Arc<Mutex<Vec<usize>>>,
+}
+
+impl TaskSetWork for Logging {
+    fn name(&self) -> String {
+        format!("logging {}", self.group)
+    }
+    fn run_task(&self, _ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+        if self.taken.fetch_add(1, Ordering::Relaxed) >= self.tasks {
+            return Ok(TaskOutcome::Exhausted);
+        }
+        self.log.lock().unwrap().push(self.group);
+        Ok(TaskOutcome::Yielded)
+    }
+}
+
+#[test]
+fn fifo_serves_groups_in_arrival_order_on_one_worker() {
+    let scheduler = Scheduler::new(config(1, 1));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    // A blocker keeps the only worker busy until all groups are submitted.
+    let gate = Arc::new(AtomicBool::new(false));
+    struct Gate(Arc<AtomicBool>);
+    impl TaskSetWork for Gate {
+        fn name(&self) -> String {
+            "gate".into()
+        }
+        fn run_task(&self, _ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+            while !self.0.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            Ok(TaskOutcome::Exhausted)
+        }
+    }
+    let g = scheduler.submit(vec![Arc::new(Gate(gate.clone()))]);
+    let handles: Vec<_> = (0..3)
+        .map(|group| {
+            scheduler.submit(vec![Arc::new(Logging {
+                group,
+                tasks: 5,
+                taken: AtomicUsize::new(0),
+                log: log.clone(),
+            })])
+        })
+        .collect();
+    gate.store(true, Ordering::Release);
+    g.wait().unwrap();
+    for h in handles {
+        h.wait().unwrap();
+    }
+    assert_eq!(*log.lock().unwrap(), vec![0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2]);
+}

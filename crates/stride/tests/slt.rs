@@ -1,0 +1,175 @@
+//! sqllogictest-style SQL tests: every file in `tests/slt/` runs under several
+//! scheduler configurations (1 and 2 workers, tiny and default morsels), each
+//! on a fresh engine.
+//!
+//! File format (a subset of sqllogictest):
+//!
+//! ```text
+//! # comment
+//! statement ok
+//! CREATE TABLE t (a INT)
+//!
+//! statement error <text the error message must contain>
+//! SELECT * FROM missing
+//!
+//! query <one letter per column: I integer, T text, R real/decimal, D date, B bool> [rowsort]
+//! SELECT a FROM t
+//! ----
+//! 1
+//! ```
+//!
+//! Result cells are separated by one space; NULL prints as `NULL` and the empty
+//! string as `(empty)`. `rowsort` sorts the result rows (as text) before comparing.
+
+mod common;
+
+use std::path::Path;
+
+use stride_sched::SchedulerConfig;
+use stride_sql::{Engine, EngineConfig, StatementOutput};
+
+#[derive(Debug)]
+enum Record {
+    Statement { line: usize, sql: String, error: Option<String> },
+    Query { line: usize, sql: String, columns: usize, rowsort: bool, expected: Vec<String> },
+}
+
+fn parse(text: &str) -> Vec<Record> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut records = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim_end();
+        if line.is_empty() || line.starts_with('#') {
+            i += 1;
+            continue;
+        }
+        let start = i + 1;
+        let header: Vec<&str> = line.split_whitespace().collect();
+        i += 1;
+        let mut sql = Vec::new();
+        while i < lines.len() && !lines[i].trim().is_empty() && lines[i].trim_end() != "----" {
+            sql.push(lines[i]);
+            i += 1;
+        }
+        let sql = sql.join("\n");
+        match header[0] {
+            "statement" => {
+                let error = match header.get(1) {
+                    Some(&"ok") => None,
+                    Some(&"error") => Some(line.splitn(3, ' ').nth(2).unwrap_or("").trim().to_string()),
+                    other => panic!("line {start}: bad statement header {other:?}"),
+                };
+                records.push(Record::Statement { line: start, sql, error });
+            }
+            "query" => {
+                let columns = header.get(1).map_or(0, |t| t.len());
+                let rowsort = header.get(2) == Some(&"rowsort");
+                let mut expected = Vec::new();
+                if i < lines.len() && lines[i].trim_end() == "----" {
+                    i += 1;
+                    while i < lines.len() && !lines[i].trim().is_empty() {
+                        expected.push(lines[i].trim_end().to_string());
+                        i += 1;
+                    }
+                }
+                records.push(Record::Query { line: start, sql, columns, rowsort, expected });
+            }
+            other => panic!("line {start}: unknown record type {other:?}"),
+        }
+    }
+    records
+}
+
+fn render(out: &stride_sql::QueryOutput) -> Vec<String> {
+    common::rows_as_text(&out.batches)
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|c| if c.is_empty() { "(empty)".to_string() } else { c })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+fn run_file(path: &Path, workers: usize, morsel_rows: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let engine = Engine::new(EngineConfig {
+        scheduler: SchedulerConfig { workers, morsel_rows, pin_workers: false, ..SchedulerConfig::default() },
+    });
+    let mut session = engine.session();
+    let name = path.file_name().unwrap().to_string_lossy().to_string();
+    let mut failures = Vec::new();
+    for record in parse(&text) {
+        match record {
+            Record::Statement { line, sql, error } => match (session.execute(&sql), error) {
+                (Ok(_), None) => {}
+                (Err(e), None) => failures.push(format!("{name}:{line}: statement failed: {e}")),
+                (Ok(_), Some(_)) => failures.push(format!("{name}:{line}: statement succeeded, expected an error")),
+                (Err(e), Some(want)) => {
+                    if !e.to_string().to_lowercase().contains(&want.to_lowercase()) {
+                        failures.push(format!("{name}:{line}: error \"{e}\" does not contain \"{want}\""));
+                    }
+                }
+            },
+            Record::Query { line, sql, columns, rowsort, expected } => {
+                let out = match session.execute(&sql) {
+                    Ok(mut outs) => match outs.pop() {
+                        Some(StatementOutput::Query(q)) => q,
+                        other => {
+                            failures.push(format!("{name}:{line}: not a query result: {other:?}"));
+                            continue;
+                        }
+                    },
+                    Err(e) => {
+                        failures.push(format!("{name}:{line}: query failed: {e}"));
+                        continue;
+                    }
+                };
+                if out.schema.fields().len() != columns {
+                    failures.push(format!(
+                        "{name}:{line}: {} columns, the header declares {columns}",
+                        out.schema.fields().len()
+                    ));
+                }
+                let mut actual = render(&out);
+                let mut expected = expected;
+                if rowsort {
+                    actual.sort();
+                    expected.sort();
+                }
+                if actual != expected {
+                    failures.push(format!(
+                        "{name}:{line}: result differs\n  expected: {expected:?}\n  actual:   {actual:?}"
+                    ));
+                }
+            }
+        }
+    }
+    failures
+}
+
+#[test]
+fn sqllogictest_files() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/slt");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .slt files in {}", dir.display());
+    let configs = [(1, 2), (2, 3), (2, 16 * 1024)];
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        for &(workers, morsel_rows) in &configs {
+            for f in run_file(file, workers, morsel_rows) {
+                failures.push(format!("[{workers} workers, {morsel_rows}-row morsels] {f}"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(failures.is_empty(), "{} failures in {checked} file runs:\n{}", failures.len(), failures.join("\n"));
+}
