@@ -22,3 +22,12 @@ pub fn hash_bytes(bytes: &[u8]) -> u64 {
     }
     hash_u64(h)
 }
+
+/// Key types that are hashed and compared as a widened `i64`.
+pub fn is_int_like(t: &arrow::datatypes::DataType) -> bool {
+    use arrow::datatypes::DataType::*;
+    matches!(
+        t,
+        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | Date32 | Date64
+    )
+}

@@ -81,6 +81,28 @@ impl Table {
     }
 }
 
+/// `schema` with string views (`Utf8View`) replaced by plain strings (`Utf8`).
+///
+/// Generated and loaded data is stored as `Utf8`: joins and sorts gather rows
+/// with `take`, which for views clones the list of every data buffer per call,
+/// while for plain strings it copies just the bytes of the taken rows.
+pub fn plain_strings(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<arrow::datatypes::Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            arrow::datatypes::DataType::Utf8View => {
+                f.as_ref().clone().with_data_type(arrow::datatypes::DataType::Utf8)
+            }
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    std::sync::Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
+}
+
 /// Re-labels a batch with `schema`, casting columns whose type differs.
 fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
     if batch.num_columns() != schema.fields().len() {

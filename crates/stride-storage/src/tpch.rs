@@ -71,8 +71,9 @@ pub fn generate_table(name: &str, scale: f64, threads: usize) -> Result<Table> {
         }
         Ok(schema_of(name))
     })?;
-    let batches = results.into_iter().flatten().flatten().collect();
-    Table::new(name, schema?, batches)
+    let batches: Vec<RecordBatch> = results.into_iter().flatten().flatten().collect();
+    let schema = crate::table::plain_strings(&schema?);
+    Table::new(name, schema, batches)
 }
 
 fn schema_of(name: &str) -> Result<arrow::datatypes::SchemaRef> {

@@ -11,7 +11,8 @@
 //!                                                              that partition, then evaluate
 //! ```
 //!
-//! Group keys are encoded with Arrow's row format; aggregate functions are
+//! Group keys are encoded as `i64` (one integer-like column) or with Arrow's
+//! row format; aggregate functions are
 //! DataFusion's (`GroupsAccumulator` where the function has one, otherwise one
 //! `Accumulator` per group). Without GROUP BY there is one group and the result
 //! has exactly one row, also for empty input.
@@ -20,11 +21,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::{
-    new_empty_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions,
-    UInt32Array,
+    new_empty_array, Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch,
+    RecordBatchOptions, UInt32Array,
 };
+use arrow::buffer::NullBuffer;
 use arrow::compute::{filter, take};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion_common::ScalarValue;
 use datafusion_expr::{Accumulator, EmitTo, GroupsAccumulator};
@@ -32,7 +34,7 @@ use hashbrown::HashTable;
 
 use super::{PerWorker, Sink};
 use crate::error::{ExecError, Result};
-use crate::hash::hash_bytes;
+use crate::hash::{hash_bytes, hash_u64, is_int_like};
 use crate::plan::{AggregateSpec, ExprRef};
 use crate::source::{Morsel, Source};
 
@@ -185,19 +187,155 @@ impl GroupState {
     }
 }
 
+/// How group keys are encoded: one integer-like column as a widened `i64`
+/// (no per-row allocation, integer compare), anything else in Arrow's row format.
+#[derive(Debug)]
+enum KeyCodec {
+    Int(DataType),
+    Rows(RowConverter),
+}
+
+/// Encoded group keys, of an input batch or of a group table.
+#[derive(Debug)]
+enum GroupKeys {
+    /// `nulls[i]` is true where key `i` is NULL; `None` when no key is NULL.
+    Int { values: Vec<i64>, nulls: Option<Vec<bool>> },
+    Rows(Rows),
+}
+
+/// Hash of the NULL integer key (NULLs form one group).
+const NULL_KEY_HASH: u64 = 0x5bd1_e995_1234_5678;
+
+impl GroupKeys {
+    fn len(&self) -> usize {
+        match self {
+            GroupKeys::Int { values, .. } => values.len(),
+            GroupKeys::Rows(r) => r.num_rows(),
+        }
+    }
+
+    #[inline]
+    fn is_null(nulls: &Option<Vec<bool>>, i: usize) -> bool {
+        nulls.as_ref().is_some_and(|n| n[i])
+    }
+
+    #[inline]
+    fn hash(&self, i: usize) -> u64 {
+        match self {
+            GroupKeys::Int { values, nulls } => {
+                if Self::is_null(nulls, i) {
+                    NULL_KEY_HASH
+                } else {
+                    hash_u64(values[i] as u64)
+                }
+            }
+            GroupKeys::Rows(r) => hash_bytes(r.row(i).as_ref()),
+        }
+    }
+
+    /// Whether key `i` of `self` equals key `j` of `other` (NULL equals NULL).
+    #[inline]
+    fn eq(&self, i: usize, other: &GroupKeys, j: usize) -> bool {
+        match (self, other) {
+            (
+                GroupKeys::Int { values: a, nulls: na },
+                GroupKeys::Int { values: b, nulls: nb },
+            ) => {
+                let (x, y) = (Self::is_null(na, i), Self::is_null(nb, j));
+                x == y && (x || a[i] == b[j])
+            }
+            (GroupKeys::Rows(a), GroupKeys::Rows(b)) => a.row(i) == b.row(j),
+            _ => false,
+        }
+    }
+
+    /// Appends key `i` of `other`.
+    fn push_from(&mut self, other: &GroupKeys, i: usize) {
+        match (self, other) {
+            (
+                GroupKeys::Int { values, nulls },
+                GroupKeys::Int { values: src, nulls: src_nulls },
+            ) => {
+                let null = Self::is_null(src_nulls, i);
+                if null && nulls.is_none() {
+                    *nulls = Some(vec![false; values.len()]);
+                }
+                if let Some(n) = nulls {
+                    n.push(null);
+                }
+                values.push(src[i]);
+            }
+            (GroupKeys::Rows(rows), GroupKeys::Rows(src)) => rows.push(src.row(i)),
+            _ => {}
+        }
+    }
+}
+
+impl KeyCodec {
+    fn new(types: Vec<DataType>) -> Result<Self> {
+        if types.len() == 1 && is_int_like(&types[0]) {
+            return Ok(KeyCodec::Int(types[0].clone()));
+        }
+        Ok(KeyCodec::Rows(RowConverter::new(
+            types.into_iter().map(SortField::new).collect(),
+        )?))
+    }
+
+    fn empty(&self) -> GroupKeys {
+        match self {
+            KeyCodec::Int(_) => GroupKeys::Int {
+                values: Vec::new(),
+                nulls: None,
+            },
+            KeyCodec::Rows(conv) => GroupKeys::Rows(conv.empty_rows(0, 0)),
+        }
+    }
+
+    fn encode(&self, columns: &[ArrayRef]) -> Result<GroupKeys> {
+        match self {
+            KeyCodec::Int(_) => {
+                let wide = arrow::compute::cast(&columns[0], &DataType::Int64)?;
+                let nulls = wide
+                    .logical_nulls()
+                    .filter(|n| n.null_count() > 0)
+                    .map(|n| (0..n.len()).map(|i| n.is_null(i)).collect());
+                Ok(GroupKeys::Int {
+                    values: wide.as_primitive::<Int64Type>().values().to_vec(),
+                    nulls,
+                })
+            }
+            KeyCodec::Rows(conv) => Ok(GroupKeys::Rows(conv.convert_columns(columns)?)),
+        }
+    }
+
+    fn decode(&self, keys: &GroupKeys) -> Result<Vec<ArrayRef>> {
+        match (self, keys) {
+            (KeyCodec::Int(t), GroupKeys::Int { values, nulls }) => {
+                let array: ArrayRef = Arc::new(Int64Array::new(
+                    values.clone().into(),
+                    nulls.as_ref().map(|n| NullBuffer::from_iter(n.iter().map(|&x| !x))),
+                ));
+                Ok(vec![arrow::compute::cast(&array, t)?])
+            }
+            (KeyCodec::Rows(conv), GroupKeys::Rows(rows)) => Ok(conv.convert_rows(rows.iter())?),
+            _ => Err(ExecError::Internal("group keys of the wrong encoding".into())),
+        }
+    }
+}
+
 /// A hash table from encoded group keys to dense group indices.
 #[derive(Debug)]
 struct GroupTable {
     map: HashTable<u32>,
-    keys: Rows,
+    keys: GroupKeys,
     hashes: Vec<u64>,
 }
 
 impl GroupTable {
-    fn new(converter: &RowConverter) -> Self {
+    fn new(codec: &KeyCodec) -> Self {
         GroupTable {
             map: HashTable::new(),
-            keys: converter.empty_rows(0, 0),
+            keys: codec.empty(),
             hashes: Vec::new(),
         }
     }
@@ -206,21 +344,20 @@ impl GroupTable {
         self.hashes.len()
     }
 
-    /// Group index of each row of `rows` (`sel` picks rows; all when `None`).
-    fn intern(&mut self, rows: &Rows, sel: Option<&[u32]>, out: &mut Vec<usize>) {
+    /// Group index of each key of `input` (`sel` picks keys; all when `None`).
+    fn intern(&mut self, input: &GroupKeys, sel: Option<&[u32]>, out: &mut Vec<usize>) {
         let GroupTable { map, keys, hashes } = self;
-        let n = sel.map_or(rows.num_rows(), |s| s.len());
+        let n = sel.map_or(input.len(), |s| s.len());
         out.clear();
         out.reserve(n);
         for k in 0..n {
             let i = sel.map_or(k, |s| s[k] as usize);
-            let row = rows.row(i);
-            let h = hash_bytes(row.as_ref());
-            let g = match map.find(h, |&g| keys.row(g as usize) == row) {
+            let h = input.hash(i);
+            let g = match map.find(h, |&g| keys.eq(g as usize, input, i)) {
                 Some(&g) => g,
                 None => {
                     let g = hashes.len() as u32;
-                    keys.push(row);
+                    keys.push_from(input, i);
                     hashes.push(h);
                     map.insert_unique(h, g, |&g| hashes[g as usize]);
                     g
@@ -243,7 +380,7 @@ struct Partial {
 /// A finished partial, split into partitions for the merge.
 #[derive(Debug)]
 struct PartialOutput {
-    keys: Option<Rows>,
+    keys: Option<GroupKeys>,
     states: Vec<Vec<ArrayRef>>,
     by_partition: Vec<Vec<u32>>,
 }
@@ -252,7 +389,8 @@ struct PartialOutput {
 struct AggregateShared {
     group_by: Vec<ExprRef>,
     aggregates: Vec<AggregateSpec>,
-    converter: Option<RowConverter>,
+    /// `None` without GROUP BY.
+    codec: Option<KeyCodec>,
     /// Schema of the aggregation's input (to size accumulators without input).
     input_schema: SchemaRef,
     schema: SchemaRef,
@@ -285,18 +423,16 @@ pub fn aggregate(
     schema: SchemaRef,
     workers: usize,
 ) -> Result<(AggregateSink, AggregateMergeSource)> {
-    let converter = if group_by.is_empty() {
+    let codec = if group_by.is_empty() {
         None
     } else {
-        Some(RowConverter::new(
-            group_types.into_iter().map(SortField::new).collect(),
-        )?)
+        Some(KeyCodec::new(group_types)?)
     };
     let partitions = if group_by.is_empty() { 1 } else { (workers * 4).max(1) };
     let shared = Arc::new(AggregateShared {
         group_by,
         aggregates,
-        converter,
+        codec,
         input_schema: crate::nullable_schema(&input_schema),
         schema: crate::nullable_schema(&schema),
         partitions,
@@ -327,8 +463,8 @@ impl Sink for AggregateSink {
     fn consume(&self, _seq: u64, batch: RecordBatch, worker: usize) -> Result<()> {
         let s = &self.shared;
         let n = batch.num_rows();
-        let keys = match &s.converter {
-            Some(conv) => Some(conv.convert_columns(&eval_all(&s.group_by, &batch)?)?),
+        let keys = match &s.codec {
+            Some(codec) => Some(codec.encode(&eval_all(&s.group_by, &batch)?)?),
             None => None,
         };
         let args: Vec<Vec<ArrayRef>> = s
@@ -351,10 +487,10 @@ impl Sink for AggregateSink {
                 p.states = s.aggregates.iter().map(GroupState::new).collect::<Result<_>>()?;
             }
             let mut groups = Vec::new();
-            let total = match (&keys, &s.converter) {
-                (Some(rows), Some(conv)) => {
-                    let table = p.table.get_or_insert_with(|| GroupTable::new(conv));
-                    table.intern(rows, None, &mut groups);
+            let total = match (&keys, &s.codec) {
+                (Some(keys), Some(codec)) => {
+                    let table = p.table.get_or_insert_with(|| GroupTable::new(codec));
+                    table.intern(keys, None, &mut groups);
                     table.len()
                 }
                 _ => {
@@ -429,7 +565,7 @@ impl AggregateMergeSource {
             .iter()
             .map(GroupState::new)
             .collect::<Result<Vec<_>>>()?;
-        let mut table = s.converter.as_ref().map(GroupTable::new);
+        let mut table = s.codec.as_ref().map(GroupTable::new);
         let mut groups = Vec::new();
         let mut total = 0;
         if table.is_none() {
@@ -462,8 +598,8 @@ impl AggregateMergeSource {
                 state.merge(&cols, &groups, total)?;
             }
         }
-        let mut columns: Vec<ArrayRef> = match (&table, &s.converter) {
-            (Some(t), Some(conv)) => conv.convert_rows(t.keys.iter())?,
+        let mut columns: Vec<ArrayRef> = match (&table, &s.codec) {
+            (Some(t), Some(codec)) => codec.decode(&t.keys)?,
             _ => Vec::new(),
         };
         if total == 0 {

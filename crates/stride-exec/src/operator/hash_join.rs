@@ -32,7 +32,7 @@ use datafusion_expr::JoinType;
 
 use super::{Operator, PerWorker, Sink};
 use crate::error::{ExecError, Result};
-use crate::hash::{hash_bytes, hash_u64};
+use crate::hash::{hash_bytes, hash_u64, is_int_like};
 use crate::plan::{BuildSide, ExprRef};
 use crate::source::{Morsel, Source};
 
@@ -134,21 +134,6 @@ pub struct KeyEncoder {
     converter: Option<RowConverter>,
     /// NULL keys match each other (otherwise they never match).
     null_equals_null: bool,
-}
-
-fn is_int_like(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::Date32
-            | DataType::Date64
-    )
 }
 
 impl KeyEncoder {
