@@ -13,6 +13,11 @@ use clap::{Args, Parser, Subcommand};
 use stride_sched::SchedulerConfig;
 use stride_sql::{Engine, EngineConfig, Session};
 
+/// mimalloc keeps freed memory for reuse; with glibc's allocator every
+/// morsel-sized column (≥128 KiB) is a fresh mmap that the kernel zeroes.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 
 #[derive(Parser, Debug)]
 #[command(name = "stride", version, about = "Stride: a main-memory analytical SQL engine with its own query scheduler")]

@@ -1,0 +1,101 @@
+//! The 13 Star Schema Benchmark queries at SF 0.1 (seed 42) against the
+//! reference answers (`tests/ssb-answers`, computed by DuckDB on the same data
+//! exported to Parquet by `scripts/ssb_crosscheck.py`).
+//!
+//! Rows are compared as multisets (exactly: all values are integers or
+//! strings), and the order of the result is checked
+//! against each query's ORDER BY keys.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use stride_sched::SchedulerConfig;
+use stride_sql::{Engine, EngineConfig};
+
+/// ORDER BY of each query (q1.1 … q4.3) as (output column, descending).
+const ORDER: [&[(usize, bool)]; 13] = [
+    // q1.1 – q1.3: a single aggregate row.
+    &[],
+    &[],
+    &[],
+    // q2.x: sum(lo_revenue), d_year, p_brand1 — order by d_year, p_brand1.
+    &[(1, false), (2, false)],
+    &[(1, false), (2, false)],
+    &[(1, false), (2, false)],
+    // q3.x: c_*, s_*, d_year, revenue — order by d_year asc, revenue desc.
+    &[(2, false), (3, true)],
+    &[(2, false), (3, true)],
+    &[(2, false), (3, true)],
+    &[(2, false), (3, true)],
+    // q4.1: d_year, c_nation, profit — order by d_year, c_nation.
+    &[(0, false), (1, false)],
+    // q4.2: d_year, s_nation, p_category, profit — order by the first three.
+    &[(0, false), (1, false), (2, false)],
+    // q4.3: d_year, s_city, p_brand1, profit — order by the first three.
+    &[(0, false), (1, false), (2, false)],
+];
+
+fn engine() -> &'static Arc<Engine> {
+    static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let engine = Engine::new(EngineConfig {
+            scheduler: SchedulerConfig {
+                workers: 2,
+                pin_workers: false,
+                ..SchedulerConfig::default()
+            },
+        });
+        engine.load_ssb(0.1, 42).expect("generate SSB SF 0.1");
+        engine
+    })
+}
+
+/// Runs the query at index `i` of `stride::workload::ssb()`.
+fn check(i: usize) {
+    let queries = stride::workload::ssb();
+    let query = &queries[i];
+    let name = &query.name;
+    let mut session = engine().session();
+    session.set_default_schema("ssb_sf0_1").unwrap();
+    let out = session
+        .query(&query.sql)
+        .unwrap_or_else(|e| panic!("{name} failed: {e}"));
+    let actual = common::rows_as_text(&out.batches);
+    let path = format!("{}/tests/ssb-answers/{name}.csv", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut expected = common::parse_csv(&text);
+    let header = expected.remove(0);
+    assert_eq!(out.schema.fields().len(), header.len(), "{name}: column count");
+    if let Err(e) = common::match_rows(&actual, &expected) {
+        panic!("{name}: {e}\nactual (first rows): {:?}", &actual[..actual.len().min(5)]);
+    }
+    // SSB answers are integers and strings: beyond `match_rows` (whose 1e-9
+    // relative tolerance would let a sum near 4e10 be off by ~40), the rows
+    // must be equal text.
+    let sorted = |rows: &[Vec<String>]| {
+        let mut rows: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| r.iter().map(|c| c.trim_end().to_string()).collect())
+            .collect();
+        rows.sort();
+        rows
+    };
+    assert_eq!(sorted(&actual), sorted(&expected), "{name}: rows differ as text");
+    if let Err(e) = common::check_sorted(&actual, ORDER[i]) {
+        panic!("{name}: {e}");
+    }
+}
+
+macro_rules! ssb_tests {
+    ($($name:ident => $i:expr),* $(,)?) => {
+        $(#[test] fn $name() { check($i); })*
+    };
+}
+
+ssb_tests!(
+    q1_1 => 0, q1_2 => 1, q1_3 => 2,
+    q2_1 => 3, q2_2 => 4, q2_3 => 5,
+    q3_1 => 6, q3_2 => 7, q3_3 => 8, q3_4 => 9,
+    q4_1 => 10, q4_2 => 11, q4_3 => 12,
+);
