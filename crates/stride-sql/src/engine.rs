@@ -334,9 +334,9 @@ impl Session {
         }
     }
 
-    /// The optimized logical plan, Stride's physical plan and its pipelines.
-    pub fn explain(&self, plan: &LogicalPlan) -> Result<String> {
-        // Scalar subqueries are not run for EXPLAIN: they show as NULL of their type.
+    /// Stride's physical plan for an optimized logical plan, without running
+    /// anything: scalar subqueries stand as NULL literals of their type.
+    pub fn physical_plan(&self, plan: &LogicalPlan) -> Result<stride_exec::PhysicalPlan> {
         let placeholder = plan
             .clone()
             .transform_up(|node| {
@@ -352,7 +352,23 @@ impl Session {
             })
             .map_err(internal_of)?
             .data;
-        let physical = Lowerer::default().lower(&placeholder)?;
+        Lowerer::default().lower(&placeholder)
+    }
+
+    /// Plans one SQL query (parse, bind, optimize, lower) without running it.
+    pub fn plan_query(&self, sql: &str) -> Result<stride_exec::PhysicalPlan> {
+        let mut statements = DFParser::parse_sql(sql).map_err(|e| SqlError::Syntax(e.to_string()))?;
+        if statements.len() != 1 {
+            return Err(SqlError::Plan(format!("expected one statement, got {}", statements.len())));
+        }
+        let stmt = statements.pop_front().ok_or_else(|| SqlError::Internal("no statement".into()))?;
+        let plan = self.optimize(self.to_logical(stmt)?)?;
+        self.physical_plan(&plan)
+    }
+
+    /// The optimized logical plan, Stride's physical plan and its pipelines.
+    pub fn explain(&self, plan: &LogicalPlan) -> Result<String> {
+        let physical = self.physical_plan(plan)?;
         let workers = self.engine.scheduler.config().workers;
         let pipelines = stride_exec::executor::explain_pipelines(&physical, workers)?;
         Ok(format!(

@@ -330,11 +330,16 @@ impl From<arrow::error::ArrowError> for SqlError {
 }
 
 /// Fraction of rows a predicate keeps, by a fixed heuristic per conjunct
-/// (equality 0.1, range 0.33, LIKE 0.25, IN-list 0.2, anything else 0.5).
+/// (equality 0.1, range 0.33, two bounds on one column 0.25, LIKE 0.05,
+/// IN-list 0.1 per element up to 0.5, anything else 0.5).
 fn selectivity(e: &Expr) -> f64 {
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
-            Operator::And => selectivity(left) * selectivity(right),
+            Operator::And => {
+                let mut conjuncts = Vec::new();
+                split_and(e, &mut conjuncts);
+                conjunction_selectivity(&conjuncts)
+            }
             Operator::Or => (selectivity(left) + selectivity(right)).min(1.0),
             Operator::Eq => 0.1,
             Operator::NotEq => 0.9,
@@ -342,59 +347,156 @@ fn selectivity(e: &Expr) -> f64 {
             _ => 0.5,
         },
         Expr::Between(_) => 0.25,
-        Expr::Like(_) => 0.25,
+        Expr::Like(l) if l.negated => 0.95,
+        Expr::Like(_) => 0.05,
         Expr::InList(l) => (0.1 * l.list.len() as f64).min(0.5),
         Expr::Not(inner) => 1.0 - selectivity(inner),
         _ => 0.5,
     }
 }
 
+fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+    match e {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::And,
+            right,
+        }) => {
+            split_and(left, out);
+            split_and(right, out);
+        }
+        other => out.push(other),
+    }
+}
+
+/// The column a range comparison `col <op> literal` bounds, if it is one.
+fn range_column(e: &Expr) -> Option<&datafusion_common::Column> {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if matches!(op, Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq) =>
+        {
+            match (left.as_ref(), right.as_ref()) {
+                (Expr::Column(c), Expr::Literal(..)) | (Expr::Literal(..), Expr::Column(c)) => Some(c),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Product of the conjuncts' selectivities, where two range bounds on the
+/// same column count as one BETWEEN (0.25) rather than two independent ranges.
+fn conjunction_selectivity(conjuncts: &[&Expr]) -> f64 {
+    let mut bounded: Vec<&datafusion_common::Column> = Vec::new();
+    let mut sel = 1.0;
+    for c in conjuncts {
+        match range_column(c) {
+            Some(col) if bounded.contains(&col) => sel *= 0.25 / 0.33,
+            Some(col) => {
+                bounded.push(col);
+                sel *= 0.33;
+            }
+            None => sel *= selectivity(c),
+        }
+    }
+    sel
+}
+
+/// A cardinality estimate: `rows` output rows drawn from a key domain of
+/// `domain` values (the unfiltered cardinality of the table the rows come
+/// from, which bounds the distinct values of its key columns).
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    rows: f64,
+    domain: f64,
+}
+
+impl Estimate {
+    fn same(rows: f64) -> Self {
+        Estimate { rows, domain: rows.max(1.0) }
+    }
+
+    /// Fraction of its domain that survives.
+    fn fraction(&self) -> f64 {
+        (self.rows / self.domain.max(1.0)).clamp(0.0, 1.0)
+    }
+}
+
 /// Estimated output rows of a logical plan, from table cardinalities and
 /// fixed selectivities; used to pick hash-join build sides.
 pub fn estimate_rows(plan: &LogicalPlan) -> f64 {
+    estimate(plan).rows
+}
+
+/// Joins are assumed to be key / foreign-key joins: the key side's domain is
+/// the smaller one, so `|L ⋈ R| = |L|·|R| / min(domain L, domain R)`.
+fn estimate(plan: &LogicalPlan) -> Estimate {
     match plan {
         LogicalPlan::TableScan(scan) => {
             let rows = scan
                 .source
                 .downcast_ref::<StrideTableSource>()
                 .map_or(1000.0, |s| s.table.num_rows() as f64);
-            scan.fetch.map_or(rows, |f| rows.min(f as f64))
+            let out = scan.fetch.map_or(rows, |f| rows.min(f as f64));
+            Estimate { rows: out, domain: rows.max(1.0) }
         }
-        LogicalPlan::Filter(f) => (estimate_rows(&f.input) * selectivity(&f.predicate)).max(1.0),
-        LogicalPlan::Join(j) => {
-            let (l, r) = (estimate_rows(&j.left), estimate_rows(&j.right));
-            let sel = j.filter.as_ref().map_or(1.0, selectivity);
-            match j.join_type {
-                JoinType::Inner => l.max(r) * sel,
-                JoinType::Left => l,
-                JoinType::Right => r,
-                JoinType::Full => l + r,
-                JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => l * 0.5,
-                JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => r * 0.5,
+        LogicalPlan::Filter(f) => {
+            let input = estimate(&f.input);
+            Estimate {
+                rows: (input.rows * selectivity(&f.predicate)).max(1.0),
+                domain: input.domain,
             }
+        }
+        LogicalPlan::Join(j) => {
+            let (l, r) = (estimate(&j.left), estimate(&j.right));
+            let sel = j.filter.as_ref().map_or(1.0, selectivity);
+            let domain = l.domain.max(r.domain);
+            let key_join = l.rows * r.rows / l.domain.min(r.domain).max(1.0);
+            let rows = match j.join_type {
+                JoinType::Inner if j.on.is_empty() => l.rows * r.rows * sel,
+                JoinType::Inner => key_join * sel,
+                JoinType::Left => key_join.max(l.rows),
+                JoinType::Right => key_join.max(r.rows),
+                JoinType::Full => key_join.max(l.rows + r.rows),
+                JoinType::LeftSemi | JoinType::LeftMark => l.rows * r.fraction().max(0.05),
+                JoinType::RightSemi | JoinType::RightMark => r.rows * l.fraction().max(0.05),
+                JoinType::LeftAnti => l.rows * (1.0 - r.fraction()).max(0.05),
+                JoinType::RightAnti => r.rows * (1.0 - l.fraction()).max(0.05),
+            };
+            let domain = match j.join_type {
+                JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => l.domain,
+                JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => r.domain,
+                _ => domain,
+            };
+            Estimate { rows: rows.max(1.0), domain }
         }
         LogicalPlan::Aggregate(a) => {
             if a.group_expr.is_empty() {
-                1.0
+                Estimate::same(1.0)
             } else {
-                (estimate_rows(&a.input) * 0.1).max(1.0)
+                Estimate::same((estimate(&a.input).rows * 0.1).max(1.0))
             }
         }
         LogicalPlan::Limit(l) => {
-            let input = estimate_rows(&l.input);
+            let input = estimate(&l.input);
             match l.get_fetch_type() {
-                Ok(FetchType::Literal(Some(n))) => input.min(n as f64),
+                Ok(FetchType::Literal(Some(n))) => Estimate::same(input.rows.min(n as f64)),
                 _ => input,
             }
         }
         LogicalPlan::Sort(s) => {
-            let input = estimate_rows(&s.input);
-            s.fetch.map_or(input, |n| input.min(n as f64))
+            let input = estimate(&s.input);
+            s.fetch.map_or(input, |n| Estimate::same(input.rows.min(n as f64)))
         }
-        LogicalPlan::Union(u) => u.inputs.iter().map(|i| estimate_rows(i)).sum(),
-        LogicalPlan::Values(v) => v.values.len() as f64,
-        LogicalPlan::EmptyRelation(e) => f64::from(u8::from(e.produce_one_row)),
-        LogicalPlan::Distinct(_) => plan.inputs().first().map_or(1.0, |i| estimate_rows(i) * 0.5),
-        other => other.inputs().first().map_or(1.0, |i| estimate_rows(i)),
+        LogicalPlan::Union(u) => Estimate::same(u.inputs.iter().map(|i| estimate(i).rows).sum()),
+        LogicalPlan::Values(v) => Estimate::same(v.values.len() as f64),
+        LogicalPlan::EmptyRelation(e) => Estimate::same(f64::from(u8::from(e.produce_one_row))),
+        LogicalPlan::Distinct(_) => {
+            Estimate::same(plan.inputs().first().map_or(1.0, |i| estimate(i).rows * 0.5))
+        }
+        other => other
+            .inputs()
+            .first()
+            .map_or(Estimate::same(1.0), |i| estimate(i)),
     }
 }
