@@ -154,3 +154,72 @@ impl ContextProvider for PlannerContext<'_> {
         Vec::new()
     }
 }
+
+impl datafusion_expr::registry::FunctionRegistry for FunctionRegistry {
+    fn udfs(&self) -> std::collections::HashSet<String> {
+        self.scalars.keys().cloned().collect()
+    }
+
+    fn higher_order_function_names(&self) -> std::collections::HashSet<String> {
+        Default::default()
+    }
+
+    fn udafs(&self) -> std::collections::HashSet<String> {
+        self.aggregates.keys().cloned().collect()
+    }
+
+    fn udwfs(&self) -> std::collections::HashSet<String> {
+        Default::default()
+    }
+
+    fn udf(&self, name: &str) -> datafusion_common::Result<Arc<ScalarUDF>> {
+        self.scalars
+            .get(name)
+            .cloned()
+            .ok_or_else(|| DataFusionError::Plan(format!("function {name} not found")))
+    }
+
+    fn higher_order_function(&self, name: &str) -> datafusion_common::Result<Arc<HigherOrderUDF>> {
+        Err(DataFusionError::Plan(format!("function {name} not found")))
+    }
+
+    fn udaf(&self, name: &str) -> datafusion_common::Result<Arc<AggregateUDF>> {
+        self.aggregates
+            .get(name)
+            .cloned()
+            .ok_or_else(|| DataFusionError::Plan(format!("aggregate function {name} not found")))
+    }
+
+    fn udwf(&self, name: &str) -> datafusion_common::Result<Arc<WindowUDF>> {
+        Err(DataFusionError::NotImplemented(format!("window function {name}")))
+    }
+
+    fn expr_planners(&self) -> Vec<Arc<dyn ExprPlanner>> {
+        self.planners.clone()
+    }
+}
+
+/// The optimizer's view of a statement: DataFusion's standalone context plus
+/// Stride's function registry (some rewrites build new function calls).
+pub struct OptimizerSettings<'a> {
+    pub context: datafusion_optimizer::OptimizerContext,
+    pub functions: &'a FunctionRegistry,
+}
+
+impl datafusion_optimizer::OptimizerConfig for OptimizerSettings<'_> {
+    fn query_execution_start_time(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.context.query_execution_start_time()
+    }
+
+    fn alias_generator(&self) -> &Arc<datafusion_common::alias::AliasGenerator> {
+        self.context.alias_generator()
+    }
+
+    fn options(&self) -> Arc<ConfigOptions> {
+        self.context.options()
+    }
+
+    fn function_registry(&self) -> Option<&dyn datafusion_expr::registry::FunctionRegistry> {
+        Some(self.functions)
+    }
+}

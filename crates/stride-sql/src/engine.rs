@@ -184,7 +184,21 @@ impl Session {
         })?;
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
-            out.push(self.execute_statement(stmt)?);
+            reject_unsupported_syntax(&stmt)?;
+            // Planning runs on the session's thread; a panic in a planner
+            // library must fail this statement only.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.execute_statement(stmt)
+            }))
+            .unwrap_or_else(|panic| {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(SqlError::Internal(format!("planning panicked: {msg}")))
+            });
+            out.push(result?);
         }
         Ok(out)
     }
@@ -225,8 +239,11 @@ impl Session {
     pub fn optimize(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         let options = &self.engine.options;
         let analyzed = Analyzer::new().execute_and_check(plan, options, |_, _| {})?;
-        let ctx = OptimizerContext::new();
-        Ok(Optimizer::new().optimize(analyzed, &ctx, |_, _| {})?)
+        let settings = crate::context::OptimizerSettings {
+            context: OptimizerContext::new(),
+            functions: &self.engine.functions,
+        };
+        Ok(Optimizer::new().optimize(analyzed, &settings, |_, _| {})?)
     }
 
     fn execute_statement(&mut self, stmt: DFStatement) -> Result<StatementOutput> {
@@ -531,6 +548,57 @@ impl Session {
             planning: Duration::ZERO,
             execution: Duration::ZERO,
         }))
+    }
+}
+
+/// Rejects SQL whose DataFusion plan would not mean what the SQL says.
+fn reject_unsupported_syntax(stmt: &DFStatement) -> Result<()> {
+    use datafusion_sql::sqlparser::ast::{SetExpr, SetOperator, SetQuantifier};
+    fn check(body: &SetExpr) -> Result<()> {
+        match body {
+            SetExpr::SetOperation {
+                op,
+                set_quantifier,
+                left,
+                right,
+            } => {
+                if matches!(op, SetOperator::Intersect | SetOperator::Except | SetOperator::Minus)
+                    && matches!(set_quantifier, SetQuantifier::All)
+                {
+                    return Err(SqlError::Unsupported(format!("{op} ALL")));
+                }
+                check(left)?;
+                check(right)
+            }
+            SetExpr::Query(q) => check(&q.body),
+            SetExpr::Select(select) => {
+                if let Some(datafusion_sql::sqlparser::ast::Distinct::On(_)) = &select.distinct {
+                    return Err(SqlError::Unsupported("SELECT DISTINCT ON".into()));
+                }
+                for table in &select.from {
+                    let factors = std::iter::once(&table.relation)
+                        .chain(table.joins.iter().map(|j| &j.relation));
+                    for factor in factors {
+                        if let datafusion_sql::sqlparser::ast::TableFactor::Derived {
+                            subquery, ..
+                        } = factor
+                        {
+                            check(&subquery.body)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    match stmt {
+        DFStatement::Statement(s) => match s.as_ref() {
+            SqlStatement::Query(q) => check(&q.body),
+            SqlStatement::Insert(i) => i.source.as_ref().map_or(Ok(()), |q| check(&q.body)),
+            _ => Ok(()),
+        },
+        _ => Ok(()),
     }
 }
 

@@ -569,12 +569,25 @@ impl AggregateMergeSource {
         let mut groups = Vec::new();
         let mut total = 0;
         if table.is_none() {
-            // Keyless: exactly one group, also when no row arrived.
+            // Keyless: exactly one group, also when no row arrived. The group
+            // is created by one all-NULL row that the filter masks out, so
+            // accumulators report "no value" (count 0, sum NULL).
             total = 1;
-            let empty = RecordBatch::new_empty(s.input_schema.clone());
+            let columns = s
+                .input_schema
+                .fields()
+                .iter()
+                .map(|f| arrow::array::new_null_array(f.data_type(), 1))
+                .collect();
+            let nulls = RecordBatch::try_new_with_options(
+                s.input_schema.clone(),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(1)),
+            )?;
+            let masked = BooleanArray::from(vec![false]);
             for (state, spec) in states.iter_mut().zip(&s.aggregates) {
-                let values = eval_all(&spec.function.expressions(), &empty)?;
-                state.update(&values, &[], None, 1)?;
+                let values = eval_all(&spec.function.expressions(), &nulls)?;
+                state.update(&values, &[0], Some(&masked), 1)?;
             }
         }
         for part in input {
