@@ -205,8 +205,8 @@ pub struct JoinHashTable {
     /// Read by the build-side pass, which runs in a later task set: the
     /// scheduler's finalization hand-off orders all writes before those reads.
     matched: Vec<AtomicU64>,
-    /// Some build key is NULL (for `NOT IN` semantics).
-    has_null_key: bool,
+    /// Build rows whose key is NULL (for `NOT IN` semantics).
+    null_rows: Vec<u32>,
 }
 
 impl JoinHashTable {
@@ -222,11 +222,11 @@ impl JoinHashTable {
         let mask = buckets as u64 - 1;
         let mut heads = vec![0u32; buckets];
         let mut next = vec![0u32; n];
-        let mut has_null_key = false;
+        let mut null_rows = Vec::new();
         // Insert in reverse so that each chain lists rows in ascending order.
         for row in (0..n).rev() {
             if keys.is_null(row) {
-                has_null_key = true;
+                null_rows.push(row as u32);
                 continue;
             }
             let b = (keys.hash(row) & mask) as usize;
@@ -245,7 +245,7 @@ impl JoinHashTable {
             next,
             mask,
             matched,
-            has_null_key,
+            null_rows,
         })
     }
 
@@ -428,6 +428,58 @@ impl HashProbeOperator {
     }
 }
 
+impl HashProbeOperator {
+    /// `x NOT IN (set)` is NULL, not true, when `x` is NULL and the set is not
+    /// empty, or when `x` is not in the set and the set holds a NULL. With a
+    /// join filter (a correlated `NOT IN`) the set is the build rows that pass
+    /// the filter for this probe row, so the NULL checks evaluate it per pair.
+    fn null_aware_anti(
+        &self,
+        table: &JoinHashTable,
+        batch: &RecordBatch,
+        keys: &Keys,
+        keep: &mut [bool],
+    ) -> Result<()> {
+        let Some(filter) = &self.filter else {
+            if !table.null_rows.is_empty() {
+                keep.iter_mut().for_each(|k| *k = false);
+            } else if table.num_rows() > 0 {
+                for (i, k) in keep.iter_mut().enumerate() {
+                    if keys.is_null(i) {
+                        *k = false;
+                    }
+                }
+            }
+            return Ok(());
+        };
+        let (mut p, mut b) = (Vec::new(), Vec::new());
+        for (i, &k) in keep.iter().enumerate() {
+            if !k {
+                continue;
+            }
+            if keys.is_null(i) {
+                p.extend(std::iter::repeat_n(i as u32, table.num_rows()));
+                b.extend(0..table.num_rows() as u32);
+            } else {
+                p.extend(std::iter::repeat_n(i as u32, table.null_rows.len()));
+                b.extend_from_slice(&table.null_rows);
+            }
+        }
+        if p.is_empty() {
+            return Ok(());
+        }
+        let joined = self.gather(table, batch, &UInt32Array::from(p.clone()), &UInt32Array::from(b))?;
+        let mask = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
+        let mask: &BooleanArray = mask.as_boolean();
+        for (r, &i) in p.iter().enumerate() {
+            if mask.is_valid(r) && mask.value(r) {
+                keep[i as usize] = false;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Operator for HashProbeOperator {
     fn process(&self, batch: RecordBatch, _worker: usize) -> Result<RecordBatch> {
         let table = self
@@ -482,15 +534,7 @@ impl Operator for HashProbeOperator {
                 let want = self.modes.probe == SideMode::Semi;
                 let mut keep: Vec<bool> = matched.into_iter().map(|m| m == want).collect();
                 if self.null_aware && self.modes.probe == SideMode::Anti {
-                    if table.has_null_key {
-                        keep.iter_mut().for_each(|k| *k = false);
-                    } else if table.num_rows() > 0 {
-                        for (i, k) in keep.iter_mut().enumerate() {
-                            if keys.is_null(i) {
-                                *k = false;
-                            }
-                        }
-                    }
+                    self.null_aware_anti(table, &batch, &keys, &mut keep)?;
                 }
                 let out = filter_record_batch(&batch, &BooleanArray::from(keep))?;
                 Ok(RecordBatch::try_new_with_options(
