@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Isolated latency of the TPC-H (or SSB) queries in DuckDB, on the data Stride
+generates, for a side-by-side comparison with `stride bench isolated`.
+
+Stride exports its generated tables to Parquet; DuckDB loads them into memory
+tables (so neither engine reads files while timing) and runs each query
+`--warmup` times unmeasured and `--runs` times measured. The output has the
+same shape as `stride bench isolated`.
+
+    pip install -r scripts/requirements.txt
+    python3 scripts/duckdb_isolated.py --tpch 1 --threads 2
+"""
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def stride_binary(explicit):
+    if explicit:
+        return explicit
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    subprocess.run(["cargo", "build", "--release", "-p", "stride"], cwd=ROOT, check=True)
+    return str(Path(target) / "release" / "stride")
+
+
+def schema_name(prefix, sf):
+    s = f"{sf}"
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return f"{prefix}sf{s.replace('.', '_')}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tpch", type=float, help="TPC-H scale factor")
+    ap.add_argument("--ssb", type=float, help="SSB scale factor")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--stride", help="path of the stride binary (default: build it)")
+    args = ap.parse_args()
+    if (args.tpch is None) == (args.ssb is None):
+        sys.exit("name exactly one of --tpch SF or --ssb SF")
+
+    stride = stride_binary(args.stride)
+    with tempfile.TemporaryDirectory() as tmp:
+        flag = ["--tpch", str(args.tpch)] if args.tpch else ["--ssb", str(args.ssb), "--seed", str(args.seed)]
+        subprocess.run([stride, *flag, "--no-pin", "export", "--dir", tmp], check=True)
+        schema = schema_name("", args.tpch) if args.tpch else schema_name("ssb_", args.ssb)
+        con = duckdb.connect()
+        con.execute(f"SET threads = {args.threads}")
+        for parquet in sorted((Path(tmp) / schema).glob("*.parquet")):
+            con.execute(f'CREATE TABLE "{parquet.stem}" AS SELECT * FROM read_parquet(\'{parquet}\')')
+
+    if args.tpch:
+        qdir = ROOT / "queries" / "tpch"
+        names = [f"q{i}" for i in range(1, 23)]
+    else:
+        qdir = ROOT / "queries" / "ssb"
+        names = sorted(p.stem for p in qdir.glob("*.sql"))
+    print(f"duckdb {duckdb.__version__} isolated latency: {args.threads} threads, "
+          f"{args.warmup} warm-up + {args.runs} measured runs per query\n\nschema {schema}")
+    print(f"{'query':<6} {'median_ms':>10} {'min_ms':>10} {'max_ms':>10} {'rows':>8}")
+    total, logs = 0.0, []
+    for name in names:
+        sql = (qdir / f"{name}.sql").read_text()
+        if name == "q11" and args.tpch:
+            sql = sql.replace("0.0010000000", f"{0.0001 / args.tpch:.10f}")
+        if args.ssb:
+            sql = sql.replace("from date,", 'from "date",').replace(", date,", ', "date",').replace(", date\n", ', "date"\n')
+        for _ in range(args.warmup):
+            con.execute(sql).fetchall()
+        times, rows = [], 0
+        for _ in range(args.runs):
+            t = time.perf_counter()
+            rows = len(con.execute(sql).fetchall())
+            times.append(time.perf_counter() - t)
+        med = statistics.median(times)
+        total += med
+        logs.append(math.log(max(med, 1e-9)))
+        print(f"{name:<6} {med*1e3:>10.2f} {min(times)*1e3:>10.2f} {max(times)*1e3:>10.2f} {rows:>8}")
+    print(f"sum_of_medians_ms={total*1e3:.1f} geomean_ms={math.exp(sum(logs)/len(logs))*1e3:.2f} queries={len(names)}")
+
+
+if __name__ == "__main__":
+    main()
