@@ -28,7 +28,11 @@ impl ExecOutput {
 
 /// Runs `plan` as one resource group and waits for its result (on the calling
 /// thread, which must not be a worker). `schema` names the result columns.
-pub fn execute(plan: &PhysicalPlan, schema: SchemaRef, scheduler: &Scheduler) -> Result<ExecOutput> {
+pub fn execute(
+    plan: &PhysicalPlan,
+    schema: SchemaRef,
+    scheduler: &Scheduler,
+) -> Result<ExecOutput> {
     let result = Arc::new(Buffer::new());
     let pipelines = compile(plan, scheduler.config().workers, result.clone())?;
     let count = pipelines.len();

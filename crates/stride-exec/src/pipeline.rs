@@ -215,21 +215,33 @@ impl Compiler {
                     let buffer = Arc::new(Buffer::new());
                     self.close(
                         open,
-                        Arc::new(MaterializeSink::new(buffer.clone(), 0, "materialize join output")),
+                        Arc::new(MaterializeSink::new(
+                            buffer.clone(),
+                            0,
+                            "materialize join output",
+                        )),
                     );
                     let pass = Open {
                         source: Arc::new(JoinBuildScanSource::new(
                             slot,
                             modes.build,
                             j.build_side,
-                            probe_schema.fields().iter().map(|f| f.data_type().clone()).collect(),
+                            probe_schema
+                                .fields()
+                                .iter()
+                                .map(|f| f.data_type().clone())
+                                .collect(),
                             j.schema.clone(),
                         )),
                         operators: Vec::new(),
                     };
                     self.close(
                         pass,
-                        Arc::new(MaterializeSink::new(buffer.clone(), 0, "materialize join output")),
+                        Arc::new(MaterializeSink::new(
+                            buffer.clone(),
+                            0,
+                            "materialize join output",
+                        )),
                     );
                     Self::read(buffer, "join output")
                 }
@@ -276,7 +288,10 @@ impl Compiler {
             PhysicalPlan::Limit { input, skip, fetch } => {
                 let buffer = Arc::new(Buffer::new());
                 let open = self.compile(input)?;
-                self.close(open, Arc::new(LimitSink::new(*skip, *fetch, buffer.clone())));
+                self.close(
+                    open,
+                    Arc::new(LimitSink::new(*skip, *fetch, buffer.clone())),
+                );
                 Self::read(buffer, "limited rows")
             }
             PhysicalPlan::Union { inputs, .. } => {

@@ -180,7 +180,12 @@ impl PhysicalPlan {
                     .iter()
                     .map(|a| a.function.name().to_string())
                     .collect();
-                writeln!(f, "{pad}Aggregate group=[{}] aggr=[{}]", g.join(", "), a.join(", "))?;
+                writeln!(
+                    f,
+                    "{pad}Aggregate group=[{}] aggr=[{}]",
+                    g.join(", "),
+                    a.join(", ")
+                )?;
                 input.fmt_indent(f, depth + 1)
             }
             PhysicalPlan::Sort { input, keys, fetch } => {

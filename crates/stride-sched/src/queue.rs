@@ -79,7 +79,11 @@ impl RunQueue {
             if s.exhausted || s.finalizing {
                 continue;
             }
-            if entry.group.cancelled.load(std::sync::atomic::Ordering::Relaxed) {
+            if entry
+                .group
+                .cancelled
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
                 s.error.get_or_insert(QueryError::Cancelled);
                 s.exhausted = true;
                 if s.running == 0 {

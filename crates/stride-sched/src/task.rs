@@ -112,7 +112,13 @@ impl TaskContext {
     /// A context for running a task set outside of a scheduler (unit tests of
     /// task sets, single-threaded tools).
     pub fn detached(worker: usize, workers: usize, morsel_rows: usize) -> Self {
-        Self::new(worker, workers, Duration::from_millis(2), morsel_rows, false)
+        Self::new(
+            worker,
+            workers,
+            Duration::from_millis(2),
+            morsel_rows,
+            false,
+        )
     }
 
     /// Index of the worker running this task, in `0..workers()`. Task sets use

@@ -83,7 +83,11 @@ impl TaskSetWork for CountingSet {
     }
 
     fn finalize(&self) -> Result<(), TaskError> {
-        assert_eq!(self.active_tasks.load(Ordering::SeqCst), 0, "finalized while a task runs");
+        assert_eq!(
+            self.active_tasks.load(Ordering::SeqCst),
+            0,
+            "finalized while a task runs"
+        );
         self.finalized.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -116,8 +120,10 @@ fn thousands_of_groups_every_task_once_every_set_finalized_once() {
                         sets.push(CountingSet::new(items, sets.last().cloned()));
                     }
                     all_sets.lock().unwrap().extend(sets.iter().cloned());
-                    let work: Vec<Arc<dyn TaskSetWork>> =
-                        sets.into_iter().map(|s| s as Arc<dyn TaskSetWork>).collect();
+                    let work: Vec<Arc<dyn TaskSetWork>> = sets
+                        .into_iter()
+                        .map(|s| s as Arc<dyn TaskSetWork>)
+                        .collect();
                     handles.push(scheduler.submit(work));
                 }
                 for h in handles {
@@ -133,8 +139,15 @@ fn thousands_of_groups_every_task_once_every_set_finalized_once() {
     assert!(sets.len() >= 2000);
     let mut items = 0;
     for set in sets.iter() {
-        assert_eq!(set.finalized.load(Ordering::SeqCst), 1, "finalized exactly once");
-        assert!(!set.order_violation.load(Ordering::SeqCst), "ran before its predecessor finished");
+        assert_eq!(
+            set.finalized.load(Ordering::SeqCst),
+            1,
+            "finalized exactly once"
+        );
+        assert!(
+            !set.order_violation.load(Ordering::SeqCst),
+            "ran before its predecessor finished"
+        );
         for r in &set.runs {
             assert_eq!(r.load(Ordering::Relaxed), 1, "every item runs exactly once");
             items += 1;
@@ -214,7 +227,9 @@ fn cancel_stops_a_query_and_frees_the_workers() {
     assert!(matches!(handle.wait(), Err(QueryError::Cancelled)));
     // Workers are free again: a new query completes.
     let next = CountingSet::new(100, None);
-    scheduler.run(vec![next.clone()]).expect("runs after cancellation");
+    scheduler
+        .run(vec![next.clone()])
+        .expect("runs after cancellation");
     assert_eq!(next.finalized.load(Ordering::SeqCst), 1);
     assert_eq!(scheduler.active_groups(), 0);
 }
@@ -274,5 +289,8 @@ fn fifo_serves_groups_in_arrival_order_on_one_worker() {
     for h in handles {
         h.wait().unwrap();
     }
-    assert_eq!(*log.lock().unwrap(), vec![0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2]);
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec![0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2]
+    );
 }

@@ -29,7 +29,10 @@ impl TableSource for StrideTableSource {
         filters: &[&datafusion_expr::Expr],
     ) -> datafusion_common::Result<Vec<TableProviderFilterPushDown>> {
         // Filters stay in Filter nodes, fused into the scan's pipeline.
-        Ok(vec![TableProviderFilterPushDown::Unsupported; filters.len()])
+        Ok(vec![
+            TableProviderFilterPushDown::Unsupported;
+            filters.len()
+        ])
     }
 }
 
@@ -101,7 +104,10 @@ impl PlannerContext<'_> {
 }
 
 impl ContextProvider for PlannerContext<'_> {
-    fn get_table_source(&self, name: TableReference) -> datafusion_common::Result<Arc<dyn TableSource>> {
+    fn get_table_source(
+        &self,
+        name: TableReference,
+    ) -> datafusion_common::Result<Arc<dyn TableSource>> {
         let (schema, table) = self.resolve(&name);
         let table = self
             .catalog
@@ -191,7 +197,9 @@ impl datafusion_expr::registry::FunctionRegistry for FunctionRegistry {
     }
 
     fn udwf(&self, name: &str) -> datafusion_common::Result<Arc<WindowUDF>> {
-        Err(DataFusionError::NotImplemented(format!("window function {name}")))
+        Err(DataFusionError::NotImplemented(format!(
+            "window function {name}"
+        )))
     }
 
     fn expr_planners(&self) -> Vec<Arc<dyn ExprPlanner>> {

@@ -79,7 +79,9 @@ impl QueryOutput {
 pub enum StatementOutput {
     Query(QueryOutput),
     /// A command; `tag` is the PostgreSQL-style command tag (`CREATE TABLE`, `INSERT 0 3`).
-    Command { tag: String },
+    Command {
+        tag: String,
+    },
     /// EXPLAIN text.
     Explain(String),
 }
@@ -133,7 +135,10 @@ impl Engine {
     pub fn load_ssb(&self, scale: f64, seed: u64) -> Result<String> {
         let schema = stride_storage::scale_factor_schema("ssb_", scale);
         let threads = self.scheduler.config().workers;
-        self.add_tables(&schema, stride_storage::ssb::generate(scale, seed, threads)?)?;
+        self.add_tables(
+            &schema,
+            stride_storage::ssb::generate(scale, seed, threads)?,
+        )?;
         Ok(schema)
     }
 }
@@ -170,7 +175,9 @@ impl Session {
     /// Sets the schema unqualified table names resolve in.
     pub fn set_default_schema(&mut self, schema: &str) -> Result<()> {
         if !self.engine.catalog.schema_exists(schema) {
-            return Err(SqlError::Undefined(format!("schema \"{schema}\" does not exist")));
+            return Err(SqlError::Undefined(format!(
+                "schema \"{schema}\" does not exist"
+            )));
         }
         self.default_schema = schema.to_string();
         Ok(())
@@ -265,10 +272,9 @@ impl Session {
             LogicalPlan::Statement(Statement::SetVariable(set)) => {
                 self.set(&set.variable.to_lowercase(), &set.value)
             }
-            LogicalPlan::Statement(other) => Err(SqlError::Unsupported(format!(
-                "statement {}",
-                other.name()
-            ))),
+            LogicalPlan::Statement(other) => {
+                Err(SqlError::Unsupported(format!("statement {}", other.name())))
+            }
             LogicalPlan::Explain(explain) => {
                 let optimized = self.optimize(explain.plan.as_ref().clone())?;
                 Ok(StatementOutput::Explain(self.explain(&optimized)?))
@@ -334,15 +340,22 @@ impl Session {
     fn scalar_value(&self, subquery: &LogicalPlan) -> Result<ScalarValue> {
         let plan = self.optimize(subquery.clone())?;
         let out = self.run_query(&plan)?;
-        let field = out.schema.fields().first().cloned().ok_or_else(|| {
-            SqlError::Plan("scalar subquery returns no column".into())
-        })?;
+        let field = out
+            .schema
+            .fields()
+            .first()
+            .cloned()
+            .ok_or_else(|| SqlError::Plan("scalar subquery returns no column".into()))?;
         match out.num_rows() {
             0 => Ok(ScalarValue::try_from(field.data_type())?),
             1 => {
-                let batch = out.batches.iter().find(|b| b.num_rows() > 0).ok_or_else(|| {
-                    SqlError::Internal("one-row result without a non-empty batch".into())
-                })?;
+                let batch = out
+                    .batches
+                    .iter()
+                    .find(|b| b.num_rows() > 0)
+                    .ok_or_else(|| {
+                        SqlError::Internal("one-row result without a non-empty batch".into())
+                    })?;
                 Ok(ScalarValue::try_from_array(batch.column(0), 0)?)
             }
             n => Err(SqlError::Exec(stride_exec::ExecError::Data(format!(
@@ -361,7 +374,10 @@ impl Session {
                     e.transform_up(|e| match e {
                         Expr::ScalarSubquery(sq) => {
                             let t = sq.subquery.schema().field(0).data_type().clone();
-                            Ok(Transformed::yes(Expr::Literal(ScalarValue::try_from(&t)?, None)))
+                            Ok(Transformed::yes(Expr::Literal(
+                                ScalarValue::try_from(&t)?,
+                                None,
+                            )))
                         }
                         other => Ok(Transformed::no(other)),
                     })
@@ -374,11 +390,17 @@ impl Session {
 
     /// Plans one SQL query (parse, bind, optimize, lower) without running it.
     pub fn plan_query(&self, sql: &str) -> Result<stride_exec::PhysicalPlan> {
-        let mut statements = DFParser::parse_sql(sql).map_err(|e| SqlError::Syntax(e.to_string()))?;
+        let mut statements =
+            DFParser::parse_sql(sql).map_err(|e| SqlError::Syntax(e.to_string()))?;
         if statements.len() != 1 {
-            return Err(SqlError::Plan(format!("expected one statement, got {}", statements.len())));
+            return Err(SqlError::Plan(format!(
+                "expected one statement, got {}",
+                statements.len()
+            )));
         }
-        let stmt = statements.pop_front().ok_or_else(|| SqlError::Internal("no statement".into()))?;
+        let stmt = statements
+            .pop_front()
+            .ok_or_else(|| SqlError::Internal("no statement".into()))?;
         let plan = self.optimize(self.to_logical(stmt)?)?;
         self.physical_plan(&plan)
     }
@@ -439,7 +461,8 @@ impl Session {
                     }
                 }
                 let arrow_schema: SchemaRef = Arc::new(c.input.schema().as_arrow().clone());
-                let is_plain_create = matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row);
+                let is_plain_create =
+                    matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row);
                 let (batches, tag) = if is_plain_create {
                     (Vec::new(), "CREATE TABLE".to_string())
                 } else {
@@ -504,9 +527,11 @@ impl Session {
                 let plan = self.optimize(dml.input.as_ref().clone())?;
                 let out = self.run_query(&plan)?;
                 let n = out.num_rows();
-                self.engine
-                    .catalog
-                    .update_table(&schema, &table, |t| Ok(t.append(out.batches)?))?;
+                self.engine.catalog.update_table(
+                    &schema,
+                    &table,
+                    |t| Ok(t.append(out.batches)?),
+                )?;
                 Ok(command(&format!("INSERT 0 {n}")))
             }
             other => Err(SqlError::Unsupported(format!("{other}"))),
@@ -532,11 +557,9 @@ impl Session {
             "stride.policy" => "fifo".to_string(),
             other => return Err(SqlError::Setting(format!("unknown setting \"{other}\""))),
         };
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
-            variable,
-            arrow::datatypes::DataType::Utf8,
-            false,
-        )]));
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new(variable, arrow::datatypes::DataType::Utf8, false),
+        ]));
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![Arc::new(arrow::array::StringArray::from(vec![value]))],
@@ -562,8 +585,10 @@ fn reject_unsupported_syntax(stmt: &DFStatement) -> Result<()> {
                 left,
                 right,
             } => {
-                if matches!(op, SetOperator::Intersect | SetOperator::Except | SetOperator::Minus)
-                    && matches!(set_quantifier, SetQuantifier::All)
+                if matches!(
+                    op,
+                    SetOperator::Intersect | SetOperator::Except | SetOperator::Minus
+                ) && matches!(set_quantifier, SetQuantifier::All)
                 {
                     return Err(SqlError::Unsupported(format!("{op} ALL")));
                 }
@@ -580,7 +605,8 @@ fn reject_unsupported_syntax(stmt: &DFStatement) -> Result<()> {
                         .chain(table.joins.iter().map(|j| &j.relation));
                     for factor in factors {
                         if let datafusion_sql::sqlparser::ast::TableFactor::Derived {
-                            subquery, ..
+                            subquery,
+                            ..
                         } = factor
                         {
                             check(&subquery.body)?;

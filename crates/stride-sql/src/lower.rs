@@ -13,6 +13,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::SortOptions;
 use arrow::datatypes::{Schema, SchemaRef};
+use datafusion_common::NullEquality;
 use datafusion_common::{DFSchema, ScalarValue};
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::logical_plan::{
@@ -20,7 +21,6 @@ use datafusion_expr::logical_plan::{
 };
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_expr::{BinaryExpr, Expr, JoinType, LogicalPlan, Operator};
-use datafusion_common::NullEquality;
 use datafusion_physical_expr::aggregate::LoweredAggregateBuilder;
 use datafusion_physical_expr::create_physical_expr;
 use stride_exec::plan::{AggregateSpec, BuildSide, ExprRef, HashJoinPlan, SortKey};
@@ -54,7 +54,12 @@ fn arrow_schema(schema: &DFSchema) -> SchemaRef {
 
 impl Lowerer {
     fn expr(&self, e: &Expr, schema: &DFSchema) -> Result<ExprRef> {
-        Ok(create_physical_expr(e, schema, &self.props, &self.planning)?)
+        Ok(create_physical_expr(
+            e,
+            schema,
+            &self.props,
+            &self.planning,
+        )?)
     }
 
     pub fn lower(&self, plan: &LogicalPlan) -> Result<PhysicalPlan> {
@@ -90,7 +95,10 @@ impl Lowerer {
                 let group_by = (0..schema.fields().len())
                     .map(|i| {
                         let (q, f) = schema.qualified_field(i);
-                        self.expr(&Expr::Column(datafusion_common::Column::new(q.cloned(), f.name())), schema)
+                        self.expr(
+                            &Expr::Column(datafusion_common::Column::new(q.cloned(), f.name())),
+                            schema,
+                        )
                     })
                     .collect::<Result<_>>()?;
                 Ok(PhysicalPlan::Aggregate {
@@ -111,7 +119,12 @@ impl Lowerer {
             LogicalPlan::Repartition(_) => Err(unsupported("repartition")),
             other => Err(unsupported(format!(
                 "{} in a query",
-                other.display().to_string().split(':').next().unwrap_or("plan node")
+                other
+                    .display()
+                    .to_string()
+                    .split(':')
+                    .next()
+                    .unwrap_or("plan node")
             ))),
         }
     }
@@ -148,14 +161,17 @@ impl Lowerer {
 
     fn join(&self, join: &Join) -> Result<PhysicalPlan> {
         if matches!(join.join_type, JoinType::LeftMark | JoinType::RightMark) {
-            return Err(unsupported(
-                "subquery inside a disjunction (mark join)",
-            ));
+            return Err(unsupported("subquery inside a disjunction (mark join)"));
         }
         let on = join
             .on
             .iter()
-            .map(|(l, r)| Ok((self.expr(l, join.left.schema())?, self.expr(r, join.right.schema())?)))
+            .map(|(l, r)| {
+                Ok((
+                    self.expr(l, join.left.schema())?,
+                    self.expr(r, join.right.schema())?,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         let joined = join.left.schema().join(join.right.schema())?;
         let filter = join
@@ -202,10 +218,15 @@ impl Lowerer {
         let mut aggregates = Vec::new();
         for (i, a) in agg.aggr_expr.iter().enumerate() {
             let name = agg.schema.field(agg.group_expr.len() + i).name().clone();
-            let lowered =
-                LoweredAggregateBuilder::new(a, input_schema, physical_input, &self.props, &self.planning)
-                    .with_name(name)
-                    .build()?;
+            let lowered = LoweredAggregateBuilder::new(
+                a,
+                input_schema,
+                physical_input,
+                &self.props,
+                &self.planning,
+            )
+            .with_name(name)
+            .build()?;
             if !lowered.order_bys.is_empty() {
                 return Err(unsupported("ORDER BY inside an aggregate function"));
             }
@@ -246,11 +267,15 @@ impl Lowerer {
     fn limit(&self, limit: &Limit) -> Result<PhysicalPlan> {
         let skip = match limit.get_skip_type()? {
             SkipType::Literal(n) => n,
-            SkipType::UnsupportedExpr => return Err(unsupported("OFFSET with a non-constant value")),
+            SkipType::UnsupportedExpr => {
+                return Err(unsupported("OFFSET with a non-constant value"))
+            }
         };
         let fetch = match limit.get_fetch_type()? {
             FetchType::Literal(n) => n,
-            FetchType::UnsupportedExpr => return Err(unsupported("LIMIT with a non-constant value")),
+            FetchType::UnsupportedExpr => {
+                return Err(unsupported("LIMIT with a non-constant value"))
+            }
         };
         Ok(PhysicalPlan::Limit {
             input: Box::new(self.lower(&limit.input)?),
@@ -373,10 +398,15 @@ fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
 fn range_column(e: &Expr) -> Option<&datafusion_common::Column> {
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right })
-            if matches!(op, Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq) =>
+            if matches!(
+                op,
+                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+            ) =>
         {
             match (left.as_ref(), right.as_ref()) {
-                (Expr::Column(c), Expr::Literal(..)) | (Expr::Literal(..), Expr::Column(c)) => Some(c),
+                (Expr::Column(c), Expr::Literal(..)) | (Expr::Literal(..), Expr::Column(c)) => {
+                    Some(c)
+                }
                 _ => None,
             }
         }
@@ -413,7 +443,10 @@ struct Estimate {
 
 impl Estimate {
     fn same(rows: f64) -> Self {
-        Estimate { rows, domain: rows.max(1.0) }
+        Estimate {
+            rows,
+            domain: rows.max(1.0),
+        }
     }
 
     /// Fraction of its domain that survives.
@@ -438,7 +471,10 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
                 .downcast_ref::<StrideTableSource>()
                 .map_or(1000.0, |s| s.table.num_rows() as f64);
             let out = scan.fetch.map_or(rows, |f| rows.min(f as f64));
-            Estimate { rows: out, domain: rows.max(1.0) }
+            Estimate {
+                rows: out,
+                domain: rows.max(1.0),
+            }
         }
         LogicalPlan::Filter(f) => {
             let input = estimate(&f.input);
@@ -468,7 +504,10 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
                 JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => r.domain,
                 _ => domain,
             };
-            Estimate { rows: rows.max(1.0), domain }
+            Estimate {
+                rows: rows.max(1.0),
+                domain,
+            }
         }
         LogicalPlan::Aggregate(a) => {
             if a.group_expr.is_empty() {
@@ -486,14 +525,17 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
         }
         LogicalPlan::Sort(s) => {
             let input = estimate(&s.input);
-            s.fetch.map_or(input, |n| Estimate::same(input.rows.min(n as f64)))
+            s.fetch
+                .map_or(input, |n| Estimate::same(input.rows.min(n as f64)))
         }
         LogicalPlan::Union(u) => Estimate::same(u.inputs.iter().map(|i| estimate(i).rows).sum()),
         LogicalPlan::Values(v) => Estimate::same(v.values.len() as f64),
         LogicalPlan::EmptyRelation(e) => Estimate::same(f64::from(u8::from(e.produce_one_row))),
-        LogicalPlan::Distinct(_) => {
-            Estimate::same(plan.inputs().first().map_or(1.0, |i| estimate(i).rows * 0.5))
-        }
+        LogicalPlan::Distinct(_) => Estimate::same(
+            plan.inputs()
+                .first()
+                .map_or(1.0, |i| estimate(i).rows * 0.5),
+        ),
         other => other
             .inputs()
             .first()

@@ -33,7 +33,9 @@ impl Catalog {
         Self::default()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, BTreeMap<String, Arc<Table>>>> {
+    fn read(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, BTreeMap<String, Arc<Table>>>> {
         self.schemas.read().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -93,7 +93,9 @@ pub fn write_csv(path: &Path, batches: &[RecordBatch]) -> Result<u64> {
         path: path.display().to_string(),
         source,
     })?;
-    let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(file);
+    let mut writer = arrow::csv::WriterBuilder::new()
+        .with_header(true)
+        .build(file);
     let mut rows = 0u64;
     for b in batches {
         writer.write(b)?;

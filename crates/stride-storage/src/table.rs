@@ -91,9 +91,10 @@ pub fn plain_strings(schema: &SchemaRef) -> SchemaRef {
         .fields()
         .iter()
         .map(|f| match f.data_type() {
-            arrow::datatypes::DataType::Utf8View => {
-                f.as_ref().clone().with_data_type(arrow::datatypes::DataType::Utf8)
-            }
+            arrow::datatypes::DataType::Utf8View => f
+                .as_ref()
+                .clone()
+                .with_data_type(arrow::datatypes::DataType::Utf8),
             _ => f.as_ref().clone(),
         })
         .collect();

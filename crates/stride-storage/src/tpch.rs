@@ -9,8 +9,8 @@ use tpchgen::generators::{
     PartSuppGenerator, RegionGenerator, SupplierGenerator,
 };
 use tpchgen_arrow::{
-    CustomerArrow, LineItemArrow, NationArrow, OrderArrow, PartArrow, PartSuppArrow,
-    RegionArrow, SupplierArrow,
+    CustomerArrow, LineItemArrow, NationArrow, OrderArrow, PartArrow, PartSuppArrow, RegionArrow,
+    SupplierArrow,
 };
 
 use crate::error::{Result, StorageError};
@@ -97,14 +97,30 @@ fn schema_of(name: &str) -> Result<arrow::datatypes::SchemaRef> {
 fn generate_part(name: &str, sf: f64, part: i32, parts: i32) -> Result<Vec<RecordBatch>> {
     let b = DEFAULT_BLOCK_ROWS;
     Ok(match name {
-        "region" => RegionArrow::new(RegionGenerator::new(sf, part, parts)).with_batch_size(b).collect::<std::result::Result<_, _>>()?,
-        "nation" => NationArrow::new(NationGenerator::new(sf, part, parts)).with_batch_size(b).collect::<std::result::Result<_, _>>()?,
-        "supplier" => SupplierArrow::new(SupplierGenerator::new(sf, part, parts)).with_batch_size(b).collect::<std::result::Result<_, _>>()?,
-        "customer" => CustomerArrow::new(CustomerGenerator::new(sf, part, parts)).with_batch_size(b).collect::<std::result::Result<_, _>>()?,
-        "part" => PartArrow::new(PartGenerator::new(sf, part, parts)).with_batch_size(b).collect::<std::result::Result<_, _>>()?,
-        "partsupp" => PartSuppArrow::new(PartSuppGenerator::new(sf, part, parts)).with_batch_size(b).collect::<std::result::Result<_, _>>()?,
-        "orders" => OrderArrow::new(OrderGenerator::new(sf, part, parts)).with_batch_size(b).collect::<std::result::Result<_, _>>()?,
-        "lineitem" => LineItemArrow::new(LineItemGenerator::new(sf, part, parts)).with_batch_size(b).collect::<std::result::Result<_, _>>()?,
+        "region" => RegionArrow::new(RegionGenerator::new(sf, part, parts))
+            .with_batch_size(b)
+            .collect::<std::result::Result<_, _>>()?,
+        "nation" => NationArrow::new(NationGenerator::new(sf, part, parts))
+            .with_batch_size(b)
+            .collect::<std::result::Result<_, _>>()?,
+        "supplier" => SupplierArrow::new(SupplierGenerator::new(sf, part, parts))
+            .with_batch_size(b)
+            .collect::<std::result::Result<_, _>>()?,
+        "customer" => CustomerArrow::new(CustomerGenerator::new(sf, part, parts))
+            .with_batch_size(b)
+            .collect::<std::result::Result<_, _>>()?,
+        "part" => PartArrow::new(PartGenerator::new(sf, part, parts))
+            .with_batch_size(b)
+            .collect::<std::result::Result<_, _>>()?,
+        "partsupp" => PartSuppArrow::new(PartSuppGenerator::new(sf, part, parts))
+            .with_batch_size(b)
+            .collect::<std::result::Result<_, _>>()?,
+        "orders" => OrderArrow::new(OrderGenerator::new(sf, part, parts))
+            .with_batch_size(b)
+            .collect::<std::result::Result<_, _>>()?,
+        "lineitem" => LineItemArrow::new(LineItemGenerator::new(sf, part, parts))
+            .with_batch_size(b)
+            .collect::<std::result::Result<_, _>>()?,
         other => {
             return Err(StorageError::InvalidArgument(format!(
                 "unknown TPC-H table \"{other}\""

@@ -48,10 +48,16 @@ fn isolated(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
     let (engine, mut session) = crate::start(global)?;
     let mut suites: Vec<(String, Vec<Query>)> = Vec::new();
     for &sf in &global.tpch {
-        suites.push((stride_storage::scale_factor_schema("", sf), workload::tpch(sf)));
+        suites.push((
+            stride_storage::scale_factor_schema("", sf),
+            workload::tpch(sf),
+        ));
     }
     for &sf in &global.ssb {
-        suites.push((stride_storage::scale_factor_schema("ssb_", sf), workload::ssb()));
+        suites.push((
+            stride_storage::scale_factor_schema("ssb_", sf),
+            workload::ssb(),
+        ));
     }
     println!(
         "isolated latency: {} workers, {} warm-up + {} measured runs per query",
@@ -62,7 +68,10 @@ fn isolated(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
     for (schema, queries) in suites {
         session.set_default_schema(&schema)?;
         println!("\nschema {schema}");
-        println!("{:<6} {:>10} {:>10} {:>10} {:>8}", "query", "median_ms", "min_ms", "max_ms", "rows");
+        println!(
+            "{:<6} {:>10} {:>10} {:>10} {:>8}",
+            "query", "median_ms", "min_ms", "max_ms", "rows"
+        );
         let mut sum = Duration::ZERO;
         let mut log_sum = 0.0;
         let mut count = 0;

@@ -18,9 +18,12 @@ use stride_sql::{Engine, EngineConfig, Session};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-
 #[derive(Parser, Debug)]
-#[command(name = "stride", version, about = "Stride: a main-memory analytical SQL engine with its own query scheduler")]
+#[command(
+    name = "stride",
+    version,
+    about = "Stride: a main-memory analytical SQL engine with its own query scheduler"
+)]
 struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
@@ -90,7 +93,10 @@ fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
         let schema = engine
             .load_tpch(sf)
             .with_context(|| format!("generating TPC-H SF {sf}"))?;
-        eprintln!("generated TPC-H SF {sf} into schema {schema} in {:.1?}", t.elapsed());
+        eprintln!(
+            "generated TPC-H SF {sf} into schema {schema} in {:.1?}",
+            t.elapsed()
+        );
         session.set_default_schema(&schema)?;
     }
     for &sf in &global.ssb {
@@ -98,7 +104,10 @@ fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
         let schema = engine
             .load_ssb(sf, global.seed)
             .with_context(|| format!("generating SSB SF {sf}"))?;
-        eprintln!("generated SSB SF {sf} into schema {schema} in {:.1?}", t.elapsed());
+        eprintln!(
+            "generated SSB SF {sf} into schema {schema} in {:.1?}",
+            t.elapsed()
+        );
         if global.tpch.is_empty() {
             session.set_default_schema(&schema)?;
         }

@@ -57,7 +57,15 @@ pub fn interactive(session: &mut Session) -> Result<()> {
     let mut out = std::io::stdout();
     let mut buffer = String::new();
     let prompt = |buffer: &str, out: &mut std::io::Stdout| -> Result<()> {
-        write!(out, "{}", if buffer.is_empty() { "stride> " } else { "   ...> " })?;
+        write!(
+            out,
+            "{}",
+            if buffer.is_empty() {
+                "stride> "
+            } else {
+                "   ...> "
+            }
+        )?;
         out.flush()?;
         Ok(())
     };

@@ -9,7 +9,12 @@ use stride_sql::{Engine, EngineConfig, SqlError};
 
 fn engine() -> Arc<Engine> {
     Engine::new(EngineConfig {
-        scheduler: SchedulerConfig { workers: 2, pin_workers: false, morsel_rows: 7, ..Default::default() },
+        scheduler: SchedulerConfig {
+            workers: 2,
+            pin_workers: false,
+            morsel_rows: 7,
+            ..Default::default()
+        },
     })
 }
 
@@ -22,7 +27,12 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 fn single_i64(session: &mut stride_sql::Session, sql: &str) -> i64 {
     let out = session.query(sql).unwrap();
     let batch = out.batches.iter().find(|b| b.num_rows() > 0).unwrap();
-    batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0)
+    batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap()
+        .value(0)
 }
 
 #[test]
@@ -36,7 +46,9 @@ fn parquet_round_trip_through_create_external_table() {
         schema.clone(),
         vec![
             Arc::new(Int64Array::from_iter_values(0..1000)),
-            Arc::new(StringArray::from_iter((0..1000).map(|i| (i % 3 != 0).then(|| format!("n{i}"))))),
+            Arc::new(StringArray::from_iter(
+                (0..1000).map(|i| (i % 3 != 0).then(|| format!("n{i}"))),
+            )),
         ],
     )
     .unwrap();
@@ -46,11 +58,17 @@ fn parquet_round_trip_through_create_external_table() {
     let engine = engine();
     let mut session = engine.session();
     session
-        .execute(&format!("CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'", path.display()))
+        .execute(&format!(
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+            path.display()
+        ))
         .unwrap();
     assert_eq!(single_i64(&mut session, "SELECT count(*) FROM t"), 1000);
     assert_eq!(single_i64(&mut session, "SELECT count(name) FROM t"), 666);
-    assert_eq!(single_i64(&mut session, "SELECT sum(id) FROM t WHERE name IS NULL"), (0..1000).filter(|i| i % 3 == 0).sum::<i64>());
+    assert_eq!(
+        single_i64(&mut session, "SELECT sum(id) FROM t WHERE name IS NULL"),
+        (0..1000).filter(|i| i % 3 == 0).sum::<i64>()
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -68,7 +86,10 @@ fn csv_with_header_is_loaded_and_typed() {
         ))
         .unwrap();
     assert_eq!(single_i64(&mut session, "SELECT sum(a) FROM c"), 6);
-    assert_eq!(single_i64(&mut session, "SELECT count(*) FROM c WHERE b = 'y'"), 1);
+    assert_eq!(
+        single_i64(&mut session, "SELECT count(*) FROM c WHERE b = 'y'"),
+        1
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -78,15 +99,23 @@ fn missing_and_corrupt_files_give_clear_errors() {
     let engine = engine();
     let mut session = engine.session();
     let err = session
-        .execute("CREATE EXTERNAL TABLE m STORED AS PARQUET LOCATION '/nonexistent/stride/x.parquet'")
+        .execute(
+            "CREATE EXTERNAL TABLE m STORED AS PARQUET LOCATION '/nonexistent/stride/x.parquet'",
+        )
         .unwrap_err();
     assert!(matches!(err, SqlError::Storage(_)), "{err:?}");
-    assert!(err.to_string().contains("/nonexistent/stride/x.parquet"), "{err}");
+    assert!(
+        err.to_string().contains("/nonexistent/stride/x.parquet"),
+        "{err}"
+    );
 
     let corrupt = dir.join("corrupt.parquet");
     std::fs::write(&corrupt, b"this is not parquet").unwrap();
     let err = session
-        .execute(&format!("CREATE EXTERNAL TABLE m STORED AS PARQUET LOCATION '{}'", corrupt.display()))
+        .execute(&format!(
+            "CREATE EXTERNAL TABLE m STORED AS PARQUET LOCATION '{}'",
+            corrupt.display()
+        ))
         .unwrap_err();
     assert!(err.to_string().to_lowercase().contains("parquet"), "{err}");
 
@@ -95,6 +124,9 @@ fn missing_and_corrupt_files_give_clear_errors() {
         .unwrap_err();
     assert!(matches!(err, SqlError::Unsupported(_)), "{err:?}");
     // The session is still usable.
-    assert_eq!(single_i64(&mut session, "SELECT count(*) FROM (VALUES (1), (2)) v(x)"), 2);
+    assert_eq!(
+        single_i64(&mut session, "SELECT count(*) FROM (VALUES (1), (2)) v(x)"),
+        2
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -36,7 +36,9 @@ fn violations(plan: &PhysicalPlan, engine: &Engine, out: &mut Vec<String>) {
             if reads_lineitem(build) {
                 let (b, p) = (rows(build, engine), rows(probe, engine));
                 if b > p {
-                    out.push(format!("builds on lineitem ({b} rows), probes {p} rows:\n{plan}"));
+                    out.push(format!(
+                        "builds on lineitem ({b} rows), probes {p} rows:\n{plan}"
+                    ));
                 }
             }
             violations(&j.left, engine, out);
@@ -47,7 +49,9 @@ fn violations(plan: &PhysicalPlan, engine: &Engine, out: &mut Vec<String>) {
         | PhysicalPlan::Aggregate { input, .. }
         | PhysicalPlan::Sort { input, .. }
         | PhysicalPlan::Limit { input, .. } => violations(input, engine, out),
-        PhysicalPlan::Union { inputs, .. } => inputs.iter().for_each(|i| violations(i, engine, out)),
+        PhysicalPlan::Union { inputs, .. } => {
+            inputs.iter().for_each(|i| violations(i, engine, out))
+        }
         PhysicalPlan::Scan { .. } | PhysicalPlan::Values { .. } => {}
     }
 }
@@ -55,7 +59,11 @@ fn violations(plan: &PhysicalPlan, engine: &Engine, out: &mut Vec<String>) {
 #[test]
 fn no_tpch_query_builds_on_lineitem_when_a_smaller_side_exists() {
     let engine = Engine::new(EngineConfig {
-        scheduler: SchedulerConfig { workers: 2, pin_workers: false, ..Default::default() },
+        scheduler: SchedulerConfig {
+            workers: 2,
+            pin_workers: false,
+            ..Default::default()
+        },
     });
     let schema = engine.load_tpch(0.1).unwrap();
     let mut session = engine.session();
@@ -63,12 +71,17 @@ fn no_tpch_query_builds_on_lineitem_when_a_smaller_side_exists() {
     let mut all = Vec::new();
     let mut joins = 0;
     for q in stride::workload::tpch(0.1) {
-        let plan = session.plan_query(&q.sql).unwrap_or_else(|e| panic!("{}: {e}", q.name));
+        let plan = session
+            .plan_query(&q.sql)
+            .unwrap_or_else(|e| panic!("{}: {e}", q.name));
         joins += plan.to_string().matches("HashJoin").count();
         let mut v = Vec::new();
         violations(&plan, &engine, &mut v);
         all.extend(v.into_iter().map(|v| format!("{}: {v}", q.name)));
     }
-    assert!(joins > 50, "expected the TPC-H joins to be planned, saw {joins}");
+    assert!(
+        joins > 50,
+        "expected the TPC-H joins to be planned, saw {joins}"
+    );
     assert!(all.is_empty(), "{}", all.join("\n\n"));
 }

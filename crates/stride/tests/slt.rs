@@ -30,8 +30,18 @@ use stride_sql::{Engine, EngineConfig, StatementOutput};
 
 #[derive(Debug)]
 enum Record {
-    Statement { line: usize, sql: String, error: Option<String> },
-    Query { line: usize, sql: String, columns: usize, rowsort: bool, expected: Vec<String> },
+    Statement {
+        line: usize,
+        sql: String,
+        error: Option<String>,
+    },
+    Query {
+        line: usize,
+        sql: String,
+        columns: usize,
+        rowsort: bool,
+        expected: Vec<String>,
+    },
 }
 
 fn parse(text: &str) -> Vec<Record> {
@@ -57,10 +67,16 @@ fn parse(text: &str) -> Vec<Record> {
             "statement" => {
                 let error = match header.get(1) {
                     Some(&"ok") => None,
-                    Some(&"error") => Some(line.splitn(3, ' ').nth(2).unwrap_or("").trim().to_string()),
+                    Some(&"error") => {
+                        Some(line.splitn(3, ' ').nth(2).unwrap_or("").trim().to_string())
+                    }
                     other => panic!("line {start}: bad statement header {other:?}"),
                 };
-                records.push(Record::Statement { line: start, sql, error });
+                records.push(Record::Statement {
+                    line: start,
+                    sql,
+                    error,
+                });
             }
             "query" => {
                 let columns = header.get(1).map_or(0, |t| t.len());
@@ -73,7 +89,13 @@ fn parse(text: &str) -> Vec<Record> {
                         i += 1;
                     }
                 }
-                records.push(Record::Query { line: start, sql, columns, rowsort, expected });
+                records.push(Record::Query {
+                    line: start,
+                    sql,
+                    columns,
+                    rowsort,
+                    expected,
+                });
             }
             other => panic!("line {start}: unknown record type {other:?}"),
         }
@@ -86,7 +108,13 @@ fn render(out: &stride_sql::QueryOutput) -> Vec<String> {
         .into_iter()
         .map(|row| {
             row.into_iter()
-                .map(|c| if c.is_empty() { "(empty)".to_string() } else { c })
+                .map(|c| {
+                    if c.is_empty() {
+                        "(empty)".to_string()
+                    } else {
+                        c
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join(" ")
         })
@@ -96,7 +124,12 @@ fn render(out: &stride_sql::QueryOutput) -> Vec<String> {
 fn run_file(path: &Path, workers: usize, morsel_rows: usize) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap();
     let engine = Engine::new(EngineConfig {
-        scheduler: SchedulerConfig { workers, morsel_rows, pin_workers: false, ..SchedulerConfig::default() },
+        scheduler: SchedulerConfig {
+            workers,
+            morsel_rows,
+            pin_workers: false,
+            ..SchedulerConfig::default()
+        },
     });
     let mut session = engine.session();
     let name = path.file_name().unwrap().to_string_lossy().to_string();
@@ -106,14 +139,24 @@ fn run_file(path: &Path, workers: usize, morsel_rows: usize) -> Vec<String> {
             Record::Statement { line, sql, error } => match (session.execute(&sql), error) {
                 (Ok(_), None) => {}
                 (Err(e), None) => failures.push(format!("{name}:{line}: statement failed: {e}")),
-                (Ok(_), Some(_)) => failures.push(format!("{name}:{line}: statement succeeded, expected an error")),
+                (Ok(_), Some(_)) => failures.push(format!(
+                    "{name}:{line}: statement succeeded, expected an error"
+                )),
                 (Err(e), Some(want)) => {
                     if !e.to_string().to_lowercase().contains(&want.to_lowercase()) {
-                        failures.push(format!("{name}:{line}: error \"{e}\" does not contain \"{want}\""));
+                        failures.push(format!(
+                            "{name}:{line}: error \"{e}\" does not contain \"{want}\""
+                        ));
                     }
                 }
             },
-            Record::Query { line, sql, columns, rowsort, expected } => {
+            Record::Query {
+                line,
+                sql,
+                columns,
+                rowsort,
+                expected,
+            } => {
                 let out = match session.execute(&sql) {
                     Ok(mut outs) => match outs.pop() {
                         Some(StatementOutput::Query(q)) => q,
@@ -166,10 +209,17 @@ fn sqllogictest_files() {
     for file in &files {
         for &(workers, morsel_rows) in &configs {
             for f in run_file(file, workers, morsel_rows) {
-                failures.push(format!("[{workers} workers, {morsel_rows}-row morsels] {f}"));
+                failures.push(format!(
+                    "[{workers} workers, {morsel_rows}-row morsels] {f}"
+                ));
             }
             checked += 1;
         }
     }
-    assert!(failures.is_empty(), "{} failures in {checked} file runs:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures in {checked} file runs:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -65,9 +65,16 @@ fn check(n: usize) {
     let text = std::fs::read_to_string(&path).unwrap();
     let mut expected = common::parse_csv(&text);
     let header = expected.remove(0);
-    assert_eq!(out.schema.fields().len(), header.len(), "q{n}: column count");
+    assert_eq!(
+        out.schema.fields().len(),
+        header.len(),
+        "q{n}: column count"
+    );
     if let Err(e) = common::match_rows(&actual, &expected) {
-        panic!("q{n}: {e}\nactual (first rows): {:?}", &actual[..actual.len().min(5)]);
+        panic!(
+            "q{n}: {e}\nactual (first rows): {:?}",
+            &actual[..actual.len().min(5)]
+        );
     }
     if let Err(e) = common::check_sorted(&actual, ORDER[n - 1]) {
         panic!("q{n}: {e}");

@@ -70,7 +70,9 @@ fn rows_by_group(groups: &[usize], total: usize) -> Vec<Vec<u32>> {
 impl GroupState {
     fn new(spec: &AggregateSpec) -> Result<Self> {
         if spec.function.groups_accumulator_supported() {
-            Ok(GroupState::Groups(spec.function.create_groups_accumulator()?))
+            Ok(GroupState::Groups(
+                spec.function.create_groups_accumulator()?,
+            ))
         } else {
             Ok(GroupState::Rows {
                 spec: spec.clone(),
@@ -79,7 +81,11 @@ impl GroupState {
         }
     }
 
-    fn grow(spec: &AggregateSpec, accs: &mut Vec<Box<dyn Accumulator>>, total: usize) -> Result<()> {
+    fn grow(
+        spec: &AggregateSpec,
+        accs: &mut Vec<Box<dyn Accumulator>>,
+        total: usize,
+    ) -> Result<()> {
         while accs.len() < total {
             accs.push(spec.function.create_accumulator()?);
         }
@@ -199,7 +205,10 @@ enum KeyCodec {
 #[derive(Debug)]
 enum GroupKeys {
     /// `nulls[i]` is true where key `i` is NULL; `None` when no key is NULL.
-    Int { values: Vec<i64>, nulls: Option<Vec<bool>> },
+    Int {
+        values: Vec<i64>,
+        nulls: Option<Vec<bool>>,
+    },
     Rows(Rows),
 }
 
@@ -238,8 +247,14 @@ impl GroupKeys {
     fn eq(&self, i: usize, other: &GroupKeys, j: usize) -> bool {
         match (self, other) {
             (
-                GroupKeys::Int { values: a, nulls: na },
-                GroupKeys::Int { values: b, nulls: nb },
+                GroupKeys::Int {
+                    values: a,
+                    nulls: na,
+                },
+                GroupKeys::Int {
+                    values: b,
+                    nulls: nb,
+                },
             ) => {
                 let (x, y) = (Self::is_null(na, i), Self::is_null(nb, j));
                 x == y && (x || a[i] == b[j])
@@ -254,7 +269,10 @@ impl GroupKeys {
         match (self, other) {
             (
                 GroupKeys::Int { values, nulls },
-                GroupKeys::Int { values: src, nulls: src_nulls },
+                GroupKeys::Int {
+                    values: src,
+                    nulls: src_nulls,
+                },
             ) => {
                 let null = Self::is_null(src_nulls, i);
                 if null && nulls.is_none() {
@@ -313,12 +331,16 @@ impl KeyCodec {
             (KeyCodec::Int(t), GroupKeys::Int { values, nulls }) => {
                 let array: ArrayRef = Arc::new(Int64Array::new(
                     values.clone().into(),
-                    nulls.as_ref().map(|n| NullBuffer::from_iter(n.iter().map(|&x| !x))),
+                    nulls
+                        .as_ref()
+                        .map(|n| NullBuffer::from_iter(n.iter().map(|&x| !x))),
                 ));
                 Ok(vec![arrow::compute::cast(&array, t)?])
             }
             (KeyCodec::Rows(conv), GroupKeys::Rows(rows)) => Ok(conv.convert_rows(rows.iter())?),
-            _ => Err(ExecError::Internal("group keys of the wrong encoding".into())),
+            _ => Err(ExecError::Internal(
+                "group keys of the wrong encoding".into(),
+            )),
         }
     }
 }
@@ -428,7 +450,11 @@ pub fn aggregate(
     } else {
         Some(KeyCodec::new(group_types)?)
     };
-    let partitions = if group_by.is_empty() { 1 } else { (workers * 4).max(1) };
+    let partitions = if group_by.is_empty() {
+        1
+    } else {
+        (workers * 4).max(1)
+    };
     let shared = Arc::new(AggregateShared {
         group_by,
         aggregates,
@@ -484,7 +510,11 @@ impl Sink for AggregateSink {
             .collect::<Result<_>>()?;
         self.partials.with(worker, |p| {
             if p.states.len() != s.aggregates.len() {
-                p.states = s.aggregates.iter().map(GroupState::new).collect::<Result<_>>()?;
+                p.states = s
+                    .aggregates
+                    .iter()
+                    .map(GroupState::new)
+                    .collect::<Result<_>>()?;
             }
             let mut groups = Vec::new();
             let total = match (&keys, &s.codec) {
@@ -636,10 +666,9 @@ impl AggregateMergeSource {
 
 impl Source for AggregateMergeSource {
     fn next_morsel(&self, _rows: usize) -> Result<Option<Morsel>> {
-        let input = self
-            .input
-            .get()
-            .ok_or_else(|| ExecError::Internal("aggregate merge before the partial phase".into()))?;
+        let input = self.input.get().ok_or_else(|| {
+            ExecError::Internal("aggregate merge before the partial phase".into())
+        })?;
         let p = self.cursor.fetch_add(1, Ordering::Relaxed);
         if p >= self.shared.partitions {
             return Ok(None);
@@ -654,4 +683,3 @@ impl Source for AggregateMergeSource {
         format!("merge aggregate ({} partitions)", self.shared.partitions)
     }
 }
-

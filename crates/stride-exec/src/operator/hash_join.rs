@@ -102,7 +102,9 @@ enum Keys {
 impl Keys {
     fn is_null(&self, i: usize) -> bool {
         match self {
-            Keys::Int(_, nulls) | Keys::Rows(_, nulls) => nulls.as_ref().is_some_and(|n| n.is_null(i)),
+            Keys::Int(_, nulls) | Keys::Rows(_, nulls) => {
+                nulls.as_ref().is_some_and(|n| n.is_null(i))
+            }
             Keys::Empty => false,
         }
     }
@@ -171,7 +173,14 @@ impl KeyEncoder {
         let nulls = if self.null_equals_null {
             None
         } else {
-            NullBuffer::union_many(columns.iter().map(|c| c.logical_nulls()).collect::<Vec<_>>().iter().map(|n| n.as_ref()))
+            NullBuffer::union_many(
+                columns
+                    .iter()
+                    .map(|c| c.logical_nulls())
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(|n| n.as_ref()),
+            )
         };
         match &self.converter {
             None => {
@@ -340,9 +349,7 @@ impl Sink for HashBuildSink {
     fn finish(&self) -> Result<()> {
         let parts: Vec<RecordBatch> = self.parts.take_all().into_iter().flatten().collect();
         let batch = concat_batches(&self.schema, &parts)?;
-        let keys = self
-            .encoder
-            .encode(eval_keys(&self.keys, &batch)?)?;
+        let keys = self.encoder.encode(eval_keys(&self.keys, &batch)?)?;
         let table = JoinHashTable::build(batch, keys, self.track_matches)?;
         self.table
             .set(table)
@@ -468,7 +475,12 @@ impl HashProbeOperator {
         if p.is_empty() {
             return Ok(());
         }
-        let joined = self.gather(table, batch, &UInt32Array::from(p.clone()), &UInt32Array::from(b))?;
+        let joined = self.gather(
+            table,
+            batch,
+            &UInt32Array::from(p.clone()),
+            &UInt32Array::from(b),
+        )?;
         let mask = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
         let mask: &BooleanArray = mask.as_boolean();
         for (r, &i) in p.iter().enumerate() {
@@ -570,7 +582,9 @@ impl Operator for HashProbeOperator {
                 }
                 match pairs {
                     Some(pairs) => Ok(pairs),
-                    None => self.gather(table, &batch, &UInt32Array::from(p), &UInt32Array::from(b)),
+                    None => {
+                        self.gather(table, &batch, &UInt32Array::from(p), &UInt32Array::from(b))
+                    }
                 }
             }
         }

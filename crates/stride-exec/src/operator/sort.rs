@@ -121,4 +121,3 @@ impl Sink for SortSink {
         }
     }
 }
-

@@ -97,7 +97,9 @@ pub fn match_rows(actual: &[Vec<String>], expected: &[Vec<String>]) -> Result<()
     let mut used = vec![false; actual.len()];
     for (i, exp) in expected.iter().enumerate() {
         // Fast path: the row at the same position.
-        let same = |a: &Vec<String>| a.len() == exp.len() && a.iter().zip(exp).all(|(x, y)| cells_match(x, y));
+        let same = |a: &Vec<String>| {
+            a.len() == exp.len() && a.iter().zip(exp).all(|(x, y)| cells_match(x, y))
+        };
         if !used[i] && same(&actual[i]) {
             used[i] = true;
             continue;
