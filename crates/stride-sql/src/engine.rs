@@ -250,7 +250,8 @@ impl Session {
             context: OptimizerContext::new(),
             functions: &self.engine.functions,
         };
-        Ok(Optimizer::new().optimize(analyzed, &settings, |_, _| {})?)
+        let optimized = Optimizer::new().optimize(analyzed, &settings, |_, _| {})?;
+        crate::join_order::reorder_joins(optimized)
     }
 
     fn execute_statement(&mut self, stmt: DFStatement) -> Result<StatementOutput> {

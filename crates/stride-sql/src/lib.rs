@@ -7,12 +7,15 @@
 //!
 //! * [`context`] — the catalog as DataFusion sees it (`ContextProvider`,
 //!   `TableSource`), with the default function registry;
+//! * [`join_order`] — reordering of inner-join clusters (dimension branches
+//!   joined before the fact table probes them);
 //! * [`lower`] — logical → physical plan, cardinality estimates;
 //! * [`engine`] — engine and sessions: statements, DDL/DML, EXPLAIN, settings.
 
 pub mod context;
 pub mod engine;
 pub mod error;
+pub mod join_order;
 pub mod lower;
 
 pub use engine::{Engine, EngineConfig, QueryOutput, Session, StatementOutput};

@@ -461,6 +461,12 @@ pub fn estimate_rows(plan: &LogicalPlan) -> f64 {
     estimate(plan).rows
 }
 
+/// Estimated (rows, key domain) of a logical plan; see [`estimate_rows`].
+pub fn estimate_parts(plan: &LogicalPlan) -> (f64, f64) {
+    let e = estimate(plan);
+    (e.rows, e.domain)
+}
+
 /// Joins are assumed to be key / foreign-key joins: the key side's domain is
 /// the smaller one, so `|L ⋈ R| = |L|·|R| / min(domain L, domain R)`.
 fn estimate(plan: &LogicalPlan) -> Estimate {

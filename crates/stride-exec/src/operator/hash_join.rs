@@ -93,6 +93,8 @@ impl JoinModes {
 enum Keys {
     /// One integer-like key column, widened to i64; `None` entries are NULL.
     Int(Vec<i64>, Option<NullBuffer>),
+    /// Two integer-like key columns, widened to i64.
+    Int2(Vec<i64>, Vec<i64>, Option<NullBuffer>),
     /// Multi-column or non-integer keys in Arrow's row format.
     Rows(Rows, Option<NullBuffer>),
     /// No keys: every row matches every row (cross / theta join).
@@ -102,7 +104,7 @@ enum Keys {
 impl Keys {
     fn is_null(&self, i: usize) -> bool {
         match self {
-            Keys::Int(_, nulls) | Keys::Rows(_, nulls) => {
+            Keys::Int(_, nulls) | Keys::Int2(_, _, nulls) | Keys::Rows(_, nulls) => {
                 nulls.as_ref().is_some_and(|n| n.is_null(i))
             }
             Keys::Empty => false,
@@ -113,6 +115,7 @@ impl Keys {
     fn hash(&self, i: usize) -> u64 {
         match self {
             Keys::Int(v, _) => hash_u64(v[i] as u64),
+            Keys::Int2(a, b, _) => hash_u64(a[i] as u64 ^ hash_u64(b[i] as u64)),
             Keys::Rows(r, _) => hash_bytes(r.row(i).as_ref()),
             Keys::Empty => 0,
         }
@@ -122,6 +125,7 @@ impl Keys {
     fn eq(&self, i: usize, other: &Keys, j: usize) -> bool {
         match (self, other) {
             (Keys::Int(a, _), Keys::Int(b, _)) => a[i] == b[j],
+            (Keys::Int2(a1, a2, _), Keys::Int2(b1, b2, _)) => a1[i] == b1[j] && a2[i] == b2[j],
             (Keys::Rows(a, _), Keys::Rows(b, _)) => a.row(i) == b.row(j),
             (Keys::Empty, Keys::Empty) => true,
             _ => false,
@@ -140,7 +144,9 @@ pub struct KeyEncoder {
 
 impl KeyEncoder {
     pub fn new(types: Vec<DataType>, null_equals_null: bool) -> Result<Self> {
-        let int_fast = types.len() == 1 && is_int_like(&types[0]) && !null_equals_null;
+        let int_fast = (types.len() == 1 || types.len() == 2)
+            && types.iter().all(is_int_like)
+            && !null_equals_null;
         let converter = if types.is_empty() || int_fast {
             None
         } else {
@@ -184,9 +190,15 @@ impl KeyEncoder {
         };
         match &self.converter {
             None => {
-                let widened = cast(&columns[0], &DataType::Int64)?;
-                let values = widened.as_primitive::<Int64Type>().values().to_vec();
-                Ok(Keys::Int(values, nulls))
+                let widen = |c: &ArrayRef| -> Result<Vec<i64>> {
+                    let w = cast(c, &DataType::Int64)?;
+                    Ok(w.as_primitive::<Int64Type>().values().to_vec())
+                };
+                match columns.as_slice() {
+                    [a] => Ok(Keys::Int(widen(a)?, nulls)),
+                    [a, b] => Ok(Keys::Int2(widen(a)?, widen(b)?, nulls)),
+                    _ => Err(ExecError::Internal("integer join keys of arity > 2".into())),
+                }
             }
             Some(conv) => Ok(Keys::Rows(conv.convert_columns(&columns)?, nulls)),
         }
