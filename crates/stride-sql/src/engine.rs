@@ -517,7 +517,7 @@ impl Session {
                 catalog.put_table(&schema, t, c.or_replace)?;
                 Ok(command("CREATE TABLE"))
             }
-            other => Err(SqlError::Unsupported(format!("{}", other.name()))),
+            other => Err(SqlError::Unsupported(other.name().to_string())),
         }
     }
 
@@ -528,11 +528,9 @@ impl Session {
                 let plan = self.optimize(dml.input.as_ref().clone())?;
                 let out = self.run_query(&plan)?;
                 let n = out.num_rows();
-                self.engine.catalog.update_table(
-                    &schema,
-                    &table,
-                    |t| Ok(t.append(out.batches)?),
-                )?;
+                self.engine
+                    .catalog
+                    .update_table(&schema, &table, |t| t.append(out.batches))?;
                 Ok(command(&format!("INSERT 0 {n}")))
             }
             other => Err(SqlError::Unsupported(format!("{other}"))),

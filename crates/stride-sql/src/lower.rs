@@ -397,19 +397,14 @@ fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
 /// The column a range comparison `col <op> literal` bounds, if it is one.
 fn range_column(e: &Expr) -> Option<&datafusion_common::Column> {
     match e {
-        Expr::BinaryExpr(BinaryExpr { left, op, right })
-            if matches!(
-                op,
-                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
-            ) =>
-        {
-            match (left.as_ref(), right.as_ref()) {
-                (Expr::Column(c), Expr::Literal(..)) | (Expr::Literal(..), Expr::Column(c)) => {
-                    Some(c)
-                }
-                _ => None,
-            }
-        }
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq,
+            right,
+        }) => match (left.as_ref(), right.as_ref()) {
+            (Expr::Column(c), Expr::Literal(..)) | (Expr::Literal(..), Expr::Column(c)) => Some(c),
+            _ => None,
+        },
         _ => None,
     }
 }

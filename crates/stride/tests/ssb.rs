@@ -61,25 +61,11 @@ fn check(i: usize) {
     let out = session
         .query(&query.sql)
         .unwrap_or_else(|e| panic!("{name} failed: {e}"));
-    let actual = common::rows_as_text(&out.batches);
     let path = format!(
         "{}/tests/ssb-answers/{name}.csv",
         env!("CARGO_MANIFEST_DIR")
     );
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut expected = common::parse_csv(&text);
-    let header = expected.remove(0);
-    assert_eq!(
-        out.schema.fields().len(),
-        header.len(),
-        "{name}: column count"
-    );
-    if let Err(e) = common::match_rows(&actual, &expected) {
-        panic!(
-            "{name}: {e}\nactual (first rows): {:?}",
-            &actual[..actual.len().min(5)]
-        );
-    }
+    let (actual, expected) = common::check_answer(name, &out, &path, ORDER[i]);
     // SSB answers are integers and strings: beyond `match_rows` (whose 1e-9
     // relative tolerance would let a sum near 4e10 be off by ~40), the rows
     // must be equal text.
@@ -96,9 +82,6 @@ fn check(i: usize) {
         sorted(&expected),
         "{name}: rows differ as text"
     );
-    if let Err(e) = common::check_sorted(&actual, ORDER[i]) {
-        panic!("{name}: {e}");
-    }
 }
 
 macro_rules! ssb_tests {

@@ -60,25 +60,8 @@ fn check(n: usize) {
     let out = session
         .query(&query.sql)
         .unwrap_or_else(|e| panic!("q{n} failed: {e}"));
-    let actual = common::rows_as_text(&out.batches);
     let path = format!("{}/tests/tpch-answers/q{n}.csv", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let mut expected = common::parse_csv(&text);
-    let header = expected.remove(0);
-    assert_eq!(
-        out.schema.fields().len(),
-        header.len(),
-        "q{n}: column count"
-    );
-    if let Err(e) = common::match_rows(&actual, &expected) {
-        panic!(
-            "q{n}: {e}\nactual (first rows): {:?}",
-            &actual[..actual.len().min(5)]
-        );
-    }
-    if let Err(e) = common::check_sorted(&actual, ORDER[n - 1]) {
-        panic!("q{n}: {e}");
-    }
+    common::check_answer(&format!("q{n}"), &out, &path, ORDER[n - 1]);
 }
 
 macro_rules! tpch_tests {

@@ -137,3 +137,34 @@ pub fn check_sorted(rows: &[Vec<String>], keys: &[(usize, bool)]) -> Result<(), 
     }
     Ok(())
 }
+
+/// Compares a query's result with a reference CSV answer (header row first):
+/// column count, rows as a multiset with numeric tolerance, and the order
+/// `order` (output column, descending) that the query's ORDER BY fixes.
+/// Returns the result rows as text for further checks.
+pub fn check_answer(
+    name: &str,
+    out: &stride_sql::QueryOutput,
+    csv_path: &str,
+    order: &[(usize, bool)],
+) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
+    let actual = rows_as_text(&out.batches);
+    let text = std::fs::read_to_string(csv_path).unwrap_or_else(|e| panic!("{csv_path}: {e}"));
+    let mut expected = parse_csv(&text);
+    let header = expected.remove(0);
+    assert_eq!(
+        out.schema.fields().len(),
+        header.len(),
+        "{name}: column count"
+    );
+    if let Err(e) = match_rows(&actual, &expected) {
+        panic!(
+            "{name}: {e}\nactual (first rows): {:?}",
+            &actual[..actual.len().min(5)]
+        );
+    }
+    if let Err(e) = check_sorted(&actual, order) {
+        panic!("{name}: {e}");
+    }
+    (actual, expected)
+}
