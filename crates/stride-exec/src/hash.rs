@@ -31,3 +31,19 @@ pub fn is_int_like(t: &arrow::datatypes::DataType) -> bool {
         Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | Date32 | Date64
     )
 }
+
+/// Makes equal floating-point keys bit-identical: `-0.0 + 0.0` is `+0.0`, so
+/// 0.0 and -0.0 hash, join and group as one value (SQL equality), while the
+/// encoded bytes of every other value stay the same.
+pub fn normalize_float_key(
+    column: arrow::array::ArrayRef,
+) -> Result<arrow::array::ArrayRef, arrow::error::ArrowError> {
+    use arrow::array::{Float32Array, Float64Array};
+    use arrow::compute::kernels::numeric::add;
+    use arrow::datatypes::DataType;
+    match column.data_type() {
+        DataType::Float64 => add(&column, &Float64Array::new_scalar(0.0)),
+        DataType::Float32 => add(&column, &Float32Array::new_scalar(0.0)),
+        _ => Ok(column),
+    }
+}

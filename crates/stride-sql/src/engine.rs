@@ -245,6 +245,7 @@ impl Session {
     /// Type coercion and logical optimization.
     pub fn optimize(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         let options = &self.engine.options;
+        let plan = crate::coerce::float_literals(plan)?;
         let analyzed = Analyzer::new().execute_and_check(plan, options, |_, _| {})?;
         let settings = crate::context::OptimizerSettings {
             context: OptimizerContext::new(),

@@ -10,8 +10,10 @@
 //! * [`join_order`] — reordering of inner-join clusters (dimension branches
 //!   joined before the fact table probes them);
 //! * [`lower`] — logical → physical plan, cardinality estimates;
+//! * [`coerce`] — literal typing fixes applied before DataFusion's coercion;
 //! * [`engine`] — engine and sessions: statements, DDL/DML, EXPLAIN, settings.
 
+pub mod coerce;
 pub mod context;
 pub mod engine;
 pub mod error;

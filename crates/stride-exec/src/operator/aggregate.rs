@@ -34,7 +34,7 @@ use hashbrown::HashTable;
 
 use super::{PerWorker, Sink};
 use crate::error::{ExecError, Result};
-use crate::hash::{hash_bytes, hash_u64, is_int_like};
+use crate::hash::{hash_bytes, hash_u64, is_int_like, normalize_float_key};
 use crate::plan::{AggregateSpec, ExprRef};
 use crate::source::{Morsel, Source};
 
@@ -322,7 +322,13 @@ impl KeyCodec {
                     nulls,
                 })
             }
-            KeyCodec::Rows(conv) => Ok(GroupKeys::Rows(conv.convert_columns(columns)?)),
+            KeyCodec::Rows(conv) => {
+                let columns = columns
+                    .iter()
+                    .map(|c| normalize_float_key(c.clone()))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                Ok(GroupKeys::Rows(conv.convert_columns(&columns)?))
+            }
         }
     }
 

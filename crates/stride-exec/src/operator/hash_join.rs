@@ -32,7 +32,7 @@ use datafusion_expr::JoinType;
 
 use super::{Operator, PerWorker, Sink};
 use crate::error::{ExecError, Result};
-use crate::hash::{hash_bytes, hash_u64, is_int_like};
+use crate::hash::{hash_bytes, hash_u64, is_int_like, normalize_float_key};
 use crate::plan::{BuildSide, ExprRef};
 use crate::source::{Morsel, Source};
 
@@ -169,11 +169,8 @@ impl KeyEncoder {
             .into_iter()
             .zip(&self.types)
             .map(|(c, t)| {
-                if c.data_type() == t {
-                    Ok(c)
-                } else {
-                    cast(&c, t)
-                }
+                let c = if c.data_type() == t { c } else { cast(&c, t)? };
+                normalize_float_key(c)
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let nulls = if self.null_equals_null {
