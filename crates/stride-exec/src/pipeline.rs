@@ -63,21 +63,22 @@ impl TaskSetWork for Pipeline {
         self.describe()
     }
 
-    fn run_task(&self, ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+    fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
         loop {
             if self.sink.is_full() {
                 return Ok(TaskOutcome::Exhausted);
             }
-            let Some(morsel) = self.source.next_morsel(ctx.morsel_rows())? else {
+            let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
+                return Ok(TaskOutcome::Yielded);
+            };
+            let Some(morsel) = self.source.next_morsel(rows)? else {
                 return Ok(TaskOutcome::Exhausted);
             };
             let rows = morsel.rows();
             for (seq, batch) in morsel.slices {
                 self.push(seq, batch, ctx.worker())?;
             }
-            if !ctx.morsel_done(rows) {
-                return Ok(TaskOutcome::Yielded);
-            }
+            ctx.morsel_done(rows);
         }
     }
 

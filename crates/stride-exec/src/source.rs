@@ -30,6 +30,11 @@ impl Morsel {
 pub trait Source: Send + Sync + fmt::Debug {
     /// Takes the next morsel of about `rows` rows; `None` once the source is dry.
     fn next_morsel(&self, rows: usize) -> Result<Option<Morsel>>;
+    /// Rows not yet handed out, when the source knows (adaptive morsels use
+    /// it to finish all workers together).
+    fn remaining_rows(&self) -> Option<usize> {
+        None
+    }
     fn name(&self) -> String;
 }
 
@@ -131,6 +136,11 @@ impl Source for BlockSource {
             block += 1;
         }
         Ok(Some(morsel))
+    }
+
+    fn remaining_rows(&self) -> Option<usize> {
+        let total = *self.layout.get()?.1.last()?;
+        Some(total.saturating_sub(self.cursor.load(Ordering::Relaxed)))
     }
 
     fn name(&self) -> String {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::morsel::MorselState;
 use crate::task::{QueryError, TaskSetWork};
 
 /// Identifier of a resource group, unique within one scheduler.
@@ -66,6 +67,8 @@ pub(crate) struct GroupCounters {
 pub(crate) struct ResourceGroup {
     pub(crate) id: ResourceGroupId,
     pub(crate) task_sets: Vec<Arc<dyn TaskSetWork>>,
+    /// Adaptive-morsel state of each task set.
+    pub(crate) morsel_states: Vec<MorselState>,
     pub(crate) submitted: Instant,
     /// Set by [`QueryHandle::cancel`]; read (Relaxed) by workers when they pick a
     /// task. Nothing else is published through it.
@@ -78,6 +81,7 @@ impl ResourceGroup {
     pub(crate) fn new(id: ResourceGroupId, task_sets: Vec<Arc<dyn TaskSetWork>>) -> Self {
         ResourceGroup {
             id,
+            morsel_states: task_sets.iter().map(|_| MorselState::default()).collect(),
             task_sets,
             submitted: Instant::now(),
             cancelled: AtomicBool::new(false),

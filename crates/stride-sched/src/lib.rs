@@ -21,16 +21,19 @@
 //!
 //! * [`task`] — the contract between a task set and the scheduler;
 //! * [`group`] — resource-group state, completion and accounting;
+//! * [`morsel`] — adaptive morsel sizing (seed 001 §3.1);
 //! * [`queue`] — the run queue and the FIFO policy that picks the next task set;
 //! * [`worker`] — the worker loop, pinning and idling;
 //! * [`scheduler`] — the public handle: configuration, submission, shutdown.
 
 pub mod group;
+pub mod morsel;
 pub mod queue;
 pub mod scheduler;
 pub mod task;
 pub mod worker;
 
 pub use group::{QueryHandle, QueryStats, ResourceGroupId};
+pub use morsel::{AdaptiveMorsels, MorselPolicy, MorselState};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use task::{QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork};

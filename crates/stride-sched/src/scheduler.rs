@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::group::{QueryHandle, ResourceGroup};
+use crate::morsel::{AdaptiveMorsels, MorselPolicy};
 use crate::queue::RunQueue;
 use crate::task::{QueryError, TaskSetWork};
 use crate::worker;
@@ -20,8 +21,8 @@ pub struct SchedulerConfig {
     pub pin_workers: bool,
     /// Target task duration `t_max` (seed 001 §3.1: 2 ms).
     pub t_max: Duration,
-    /// Tuples per morsel.
-    pub morsel_rows: usize,
+    /// How tasks size their morsels.
+    pub morsels: MorselPolicy,
 }
 
 impl Default for SchedulerConfig {
@@ -30,7 +31,7 @@ impl Default for SchedulerConfig {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             pin_workers: true,
             t_max: Duration::from_millis(2),
-            morsel_rows: 16 * 1024,
+            morsels: MorselPolicy::Adaptive(AdaptiveMorsels::default()),
         }
     }
 }
@@ -58,7 +59,9 @@ impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Self {
         let mut config = config;
         config.workers = config.workers.max(1);
-        config.morsel_rows = config.morsel_rows.max(1);
+        if let MorselPolicy::Fixed(n) = &mut config.morsels {
+            *n = (*n).max(1);
+        }
         let shared = Arc::new(Shared {
             config,
             queue: Mutex::new(RunQueue::default()),

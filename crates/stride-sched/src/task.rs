@@ -6,12 +6,15 @@
 //! set has returned, exactly one worker calls [`TaskSetWork::finalize`], and only
 //! then does the next task set of the resource group become runnable.
 //!
-//! A task never blocks: it processes morsels (row ranges sized by
-//! [`TaskContext::morsel_rows`]) and returns when [`TaskContext::morsel_done`]
-//! says its time slice `t_max` is used up.
+//! A task never blocks: it asks [`TaskContext::next_morsel`] for the size of
+//! its next morsel (row range), processes it, reports it with
+//! [`TaskContext::morsel_done`], and returns when `next_morsel` says its time
+//! slice `t_max` is used up (see [`crate::morsel`]).
 
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::morsel::{MorselPolicy, MorselSizer, MorselState};
 
 /// Error raised by a task or a finalization step. The executor puts its own
 /// typed error inside; the scheduler only carries it to the query's handle.
@@ -67,9 +70,9 @@ pub trait TaskSetWork: Send + Sync {
     fn name(&self) -> String;
 
     /// Runs one task: takes morsels and processes them until
-    /// [`TaskContext::morsel_done`] returns `false` or no morsel is left.
+    /// [`TaskContext::next_morsel`] returns `None` or no morsel is left.
     /// May be called concurrently from several workers.
-    fn run_task(&self, ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError>;
+    fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError>;
 
     /// Called exactly once, after the last task of the set has returned.
     /// Breakers merge per-worker state here.
@@ -80,29 +83,27 @@ pub trait TaskSetWork: Send + Sync {
 
 /// Per-task state handed to [`TaskSetWork::run_task`].
 #[derive(Debug)]
-pub struct TaskContext {
+pub struct TaskContext<'a> {
     worker: usize,
     workers: usize,
-    deadline: Instant,
-    morsel_rows: usize,
+    sizer: MorselSizer<'a>,
     pub(crate) morsels: u64,
     pub(crate) tuples: u64,
     cancelled: bool,
 }
 
-impl TaskContext {
+impl<'a> TaskContext<'a> {
     pub(crate) fn new(
         worker: usize,
         workers: usize,
         t_max: Duration,
-        morsel_rows: usize,
+        morsels: (&'a MorselPolicy, &'a MorselState),
         cancelled: bool,
     ) -> Self {
         TaskContext {
             worker,
             workers,
-            deadline: Instant::now() + t_max,
-            morsel_rows,
+            sizer: MorselSizer::new(morsels.0, morsels.1, t_max, workers),
             morsels: 0,
             tuples: 0,
             cancelled,
@@ -111,12 +112,17 @@ impl TaskContext {
 
     /// A context for running a task set outside of a scheduler (unit tests of
     /// task sets, single-threaded tools).
-    pub fn detached(worker: usize, workers: usize, morsel_rows: usize) -> Self {
+    pub fn detached(
+        worker: usize,
+        workers: usize,
+        policy: &'a MorselPolicy,
+        state: &'a MorselState,
+    ) -> Self {
         Self::new(
             worker,
             workers,
             Duration::from_millis(2),
-            morsel_rows,
+            (policy, state),
             false,
         )
     }
@@ -132,18 +138,24 @@ impl TaskContext {
         self.workers
     }
 
-    /// How many tuples the next morsel should hold.
-    pub fn morsel_rows(&self) -> usize {
-        self.morsel_rows
+    /// How many tuples the next morsel should hold, or `None` when the task's
+    /// time slice `t_max` is used up or the query was cancelled: the task then
+    /// returns [`TaskOutcome::Yielded`]. `remaining` is the number of tuples
+    /// the task set's source still holds, if it knows (enables the shutdown
+    /// state of adaptive morsels).
+    pub fn next_morsel(&mut self, remaining: Option<usize>) -> Option<usize> {
+        if self.cancelled {
+            return None;
+        }
+        self.sizer.next(remaining)
     }
 
-    /// Records a processed morsel of `tuples` source tuples. Returns whether the
-    /// task should take another morsel (`false` once `t_max` is used up or the
-    /// query was cancelled).
-    pub fn morsel_done(&mut self, tuples: usize) -> bool {
+    /// Records that the morsel sized by [`Self::next_morsel`] was processed
+    /// and held `tuples` source tuples.
+    pub fn morsel_done(&mut self, tuples: usize) {
         self.morsels += 1;
         self.tuples += tuples as u64;
-        !self.cancelled && Instant::now() < self.deadline
+        self.sizer.done(tuples);
     }
 
     /// Whether the query this task belongs to was cancelled when the task started.

@@ -50,7 +50,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
                 index,
                 shared.config.workers,
                 shared.config.t_max,
-                shared.config.morsel_rows,
+                (&shared.config.morsels, &group.morsel_states[pick.task_set]),
                 group.cancelled.load(Ordering::Relaxed),
             );
             let start = Instant::now();

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stride_sched::{
-    QueryError, Scheduler, SchedulerConfig, TaskContext, TaskError, TaskOutcome, TaskSetWork,
+    MorselPolicy, QueryError, Scheduler, SchedulerConfig, TaskContext, TaskError, TaskOutcome,
+    TaskSetWork,
 };
 
 /// Deterministic xorshift generator (the tests are seeded).
@@ -57,7 +58,7 @@ impl TaskSetWork for CountingSet {
         format!("counting set of {}", self.items)
     }
 
-    fn run_task(&self, ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+    fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
         if let Some(prev) = &self.previous {
             if prev.finalized.load(Ordering::SeqCst) != 1 {
                 self.order_violation.store(true, Ordering::SeqCst);
@@ -65,7 +66,12 @@ impl TaskSetWork for CountingSet {
         }
         self.active_tasks.fetch_add(1, Ordering::SeqCst);
         let outcome = loop {
-            let n = ctx.morsel_rows();
+            let remaining = self
+                .items
+                .saturating_sub(self.cursor.load(Ordering::Relaxed));
+            let Some(n) = ctx.next_morsel(Some(remaining)) else {
+                break TaskOutcome::Yielded;
+            };
             let start = self.cursor.fetch_add(n, Ordering::Relaxed);
             if start >= self.items {
                 break TaskOutcome::Exhausted;
@@ -74,9 +80,7 @@ impl TaskSetWork for CountingSet {
             for i in start..end {
                 self.runs[i].fetch_add(1, Ordering::Relaxed);
             }
-            if !ctx.morsel_done(end - start) {
-                break TaskOutcome::Yielded;
-            }
+            ctx.morsel_done(end - start);
         };
         self.active_tasks.fetch_sub(1, Ordering::SeqCst);
         Ok(outcome)
@@ -98,7 +102,7 @@ fn config(workers: usize, morsel_rows: usize) -> SchedulerConfig {
         workers,
         pin_workers: false,
         t_max: Duration::from_micros(50),
-        morsel_rows,
+        morsels: MorselPolicy::Fixed(morsel_rows),
     }
 }
 
@@ -165,7 +169,7 @@ impl TaskSetWork for Failing {
     fn name(&self) -> String {
         "failing".into()
     }
-    fn run_task(&self, _ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+    fn run_task(&self, _ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
         if self.panic {
             panic!("operator bug");
         }
@@ -206,9 +210,11 @@ impl TaskSetWork for Endless {
     fn name(&self) -> String {
         "endless".into()
     }
-    fn run_task(&self, ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+    fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
         self.tasks.fetch_add(1, Ordering::Relaxed);
-        while ctx.morsel_done(1) {}
+        while ctx.next_morsel(None).is_some() {
+            ctx.morsel_done(1);
+        }
         Ok(TaskOutcome::Yielded)
     }
 }
@@ -246,7 +252,7 @@ impl TaskSetWork for Logging {
     fn name(&self) -> String {
         format!("logging {}", self.group)
     }
-    fn run_task(&self, _ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+    fn run_task(&self, _ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
         if self.taken.fetch_add(1, Ordering::Relaxed) >= self.tasks {
             return Ok(TaskOutcome::Exhausted);
         }
@@ -266,7 +272,7 @@ fn fifo_serves_groups_in_arrival_order_on_one_worker() {
         fn name(&self) -> String {
             "gate".into()
         }
-        fn run_task(&self, _ctx: &mut TaskContext) -> Result<TaskOutcome, TaskError> {
+        fn run_task(&self, _ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
             while !self.0.load(Ordering::Acquire) {
                 std::thread::yield_now();
             }

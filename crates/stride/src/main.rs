@@ -45,9 +45,9 @@ struct GlobalArgs {
     /// Worker threads (default: one per core).
     #[arg(long, global = true)]
     workers: Option<usize>,
-    /// Tuples per morsel.
-    #[arg(long, global = true, default_value_t = 16384)]
-    morsel_rows: usize,
+    /// Fixed tuples per morsel (default: adaptive morsels sized to t_max, seed 001 §3.1).
+    #[arg(long, global = true)]
+    morsel_rows: Option<usize>,
     /// Do not pin workers to cores.
     #[arg(long, global = true)]
     no_pin: bool,
@@ -81,10 +81,12 @@ fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
         }
         scheduler.workers = w;
     }
-    if global.morsel_rows == 0 {
-        bail!("--morsel-rows must be at least 1");
+    if let Some(rows) = global.morsel_rows {
+        if rows == 0 {
+            bail!("--morsel-rows must be at least 1");
+        }
+        scheduler.morsels = stride_sched::MorselPolicy::Fixed(rows);
     }
-    scheduler.morsel_rows = global.morsel_rows;
     scheduler.pin_workers = !global.no_pin;
     let engine = Engine::new(EngineConfig { scheduler });
     let mut session = engine.session();

@@ -12,7 +12,7 @@ fn engine() -> Arc<Engine> {
         scheduler: SchedulerConfig {
             workers: 2,
             pin_workers: false,
-            morsel_rows: 7,
+            morsels: stride_sched::MorselPolicy::Fixed(7),
             ..Default::default()
         },
     })

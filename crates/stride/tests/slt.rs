@@ -1,5 +1,5 @@
 //! sqllogictest-style SQL tests: every file in `tests/slt/` runs under several
-//! scheduler configurations (1 and 2 workers, tiny and default morsels), each
+//! scheduler configurations (1 and 2 workers, tiny and adaptive morsels), each
 //! on a fresh engine.
 //!
 //! File format (a subset of sqllogictest):
@@ -121,12 +121,15 @@ fn render(out: &stride_sql::QueryOutput) -> Vec<String> {
         .collect()
 }
 
-fn run_file(path: &Path, workers: usize, morsel_rows: usize) -> Vec<String> {
+fn run_file(path: &Path, workers: usize, morsel_rows: Option<usize>) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap();
     let engine = Engine::new(EngineConfig {
         scheduler: SchedulerConfig {
             workers,
-            morsel_rows,
+            morsels: match morsel_rows {
+                Some(n) => stride_sched::MorselPolicy::Fixed(n),
+                None => stride_sched::MorselPolicy::Adaptive(Default::default()),
+            },
             pin_workers: false,
             ..SchedulerConfig::default()
         },
@@ -203,14 +206,16 @@ fn sqllogictest_files() {
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no .slt files in {}", dir.display());
-    let configs = [(1, 2), (2, 3), (2, 16 * 1024)];
+    // Tiny fixed morsels on 1 and 2 workers, and adaptive morsels (seed 001 §3.1).
+    let configs = [(1, Some(2)), (2, Some(3)), (2, None)];
     let mut failures = Vec::new();
     let mut checked = 0;
     for file in &files {
         for &(workers, morsel_rows) in &configs {
             for f in run_file(file, workers, morsel_rows) {
                 failures.push(format!(
-                    "[{workers} workers, {morsel_rows}-row morsels] {f}"
+                    "[{workers} workers, {} morsels] {f}",
+                    morsel_rows.map_or("adaptive".to_string(), |n| format!("{n}-row"))
                 ));
             }
             checked += 1;

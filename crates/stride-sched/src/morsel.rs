@@ -1,0 +1,286 @@
+//! Adaptive morsel execution (seed 001 §3.1).
+//!
+//! Every task should use up the target duration `t_max` as precisely as
+//! possible, whatever the pipeline's cost per tuple. Each task set keeps one
+//! shared throughput estimate `T` (tuples per second) and is in one of three
+//! states, which decide the size of the next morsel of a task:
+//!
+//! ```text
+//!   startup ──(a task's doubling stops)──► default ──(remaining < W·t_max)──► shutdown
+//!   C0 = 16 tuples, doubling while          one morsel of T·t_max,              morsels of
+//!   2·t_{i-1} ≤ t_max − Σ t_k               EWMA  T' = α·T̂ + (1−α)·T           max(t/W, t_min)·T
+//! ```
+//!
+//! A morsel that finishes well before `t_max` (a pipeline that cannot adapt,
+//! or an estimate that was too low) is followed by another one sized for the
+//! time left, so the task still runs until `t_max` is used up.
+//!
+//! The estimate is shared by all workers of the task set and updated without
+//! synchronisation beyond the atomic itself: it is a statistic, a lost update
+//! only delays adaptation by one morsel.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How tasks size their morsels.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MorselPolicy {
+    /// Every morsel has this many tuples (tests use tiny morsels).
+    Fixed(usize),
+    /// Seed 001 §3.1.
+    Adaptive(AdaptiveMorsels),
+}
+
+/// Parameters of adaptive morsel execution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveMorsels {
+    /// Tuples of the first startup morsel (`C0`, seed: 16).
+    pub initial_tuples: usize,
+    /// Weight of the newest measurement in the throughput EWMA (`α`, seed: 0.8).
+    pub alpha: f64,
+    /// Shortest morsel duration in the shutdown state (`t_min`).
+    pub min_duration: Duration,
+}
+
+impl Default for AdaptiveMorsels {
+    fn default() -> Self {
+        AdaptiveMorsels {
+            initial_tuples: 16,
+            alpha: 0.8,
+            min_duration: Duration::from_micros(100),
+        }
+    }
+}
+
+/// Per-task-set state: the throughput estimate (f64 bits, tuples per second;
+/// 0 while the task set is in its startup state). Loads and stores are
+/// Relaxed: no other data is published through it.
+#[derive(Debug, Default)]
+pub struct MorselState {
+    throughput: AtomicU64,
+}
+
+impl MorselState {
+    fn throughput(&self) -> Option<f64> {
+        let t = f64::from_bits(self.throughput.load(Ordering::Relaxed));
+        (t > 0.0 && t.is_finite()).then_some(t)
+    }
+
+    fn set_throughput(&self, t: f64) {
+        if t > 0.0 && t.is_finite() {
+            self.throughput.store(t.to_bits(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sizes the morsels of one task.
+#[derive(Debug)]
+pub(crate) struct MorselSizer<'a> {
+    policy: &'a MorselPolicy,
+    state: &'a MorselState,
+    t_max: Duration,
+    workers: usize,
+    task_start: Instant,
+    /// The morsel in flight: (tuples asked for, start).
+    current: Option<(usize, Instant)>,
+    /// Startup state: size and duration of the previous morsel of this task.
+    last: Option<(usize, Duration)>,
+    startup: bool,
+}
+
+impl<'a> MorselSizer<'a> {
+    pub(crate) fn new(
+        policy: &'a MorselPolicy,
+        state: &'a MorselState,
+        t_max: Duration,
+        workers: usize,
+    ) -> Self {
+        Self::starting_at(policy, state, t_max, workers, Instant::now())
+    }
+
+    fn starting_at(
+        policy: &'a MorselPolicy,
+        state: &'a MorselState,
+        t_max: Duration,
+        workers: usize,
+        task_start: Instant,
+    ) -> Self {
+        MorselSizer {
+            policy,
+            state,
+            t_max,
+            workers: workers.max(1),
+            task_start,
+            current: None,
+            last: None,
+            startup: state.throughput().is_none(),
+        }
+    }
+
+    /// Tuples for the next morsel, or `None` when the task should end.
+    /// `remaining` is the number of tuples the source has left, if known.
+    pub(crate) fn next(&mut self, remaining: Option<usize>) -> Option<usize> {
+        self.next_at(Instant::now(), remaining)
+    }
+
+    /// Records that the morsel handed out by [`Self::next`] was processed.
+    pub(crate) fn done(&mut self, tuples: usize) {
+        self.done_at(Instant::now(), tuples)
+    }
+
+    fn next_at(&mut self, now: Instant, remaining: Option<usize>) -> Option<usize> {
+        let used = now.duration_since(self.task_start);
+        if used >= self.t_max {
+            return None;
+        }
+        let left = self.t_max - used;
+        let tuples = match self.policy {
+            MorselPolicy::Fixed(n) => *n,
+            MorselPolicy::Adaptive(p) => {
+                if self.startup {
+                    match self.last {
+                        None => p.initial_tuples,
+                        // Double while the doubled morsel is expected to fit.
+                        Some((size, t)) if t * 2 <= left => size * 2,
+                        Some((size, t)) => {
+                            // Doubling stops: the last startup morsel gives the
+                            // task set its first throughput estimate.
+                            self.state
+                                .set_throughput(size as f64 / t.as_secs_f64().max(1e-9));
+                            return None;
+                        }
+                    }
+                } else {
+                    let throughput = self.state.throughput().unwrap_or(1e6);
+                    let mut duration = left.as_secs_f64();
+                    if let Some(r) = remaining {
+                        let rest = r as f64 / throughput;
+                        if rest < self.workers as f64 * self.t_max.as_secs_f64() {
+                            // Shutdown: aim for a photo finish of all workers.
+                            let share =
+                                (rest / self.workers as f64).max(p.min_duration.as_secs_f64());
+                            duration = duration.min(share);
+                        }
+                    }
+                    (throughput * duration).round() as usize
+                }
+            }
+        };
+        let tuples = tuples.max(1);
+        self.current = Some((tuples, now));
+        Some(tuples)
+    }
+
+    fn done_at(&mut self, now: Instant, tuples: usize) {
+        let Some((asked, start)) = self.current.take() else {
+            return;
+        };
+        let MorselPolicy::Adaptive(p) = self.policy else {
+            return;
+        };
+        let t = now.saturating_duration_since(start);
+        // A short morsel at the end of the source says nothing about throughput.
+        if tuples == 0 || (tuples < asked && t < self.t_max / 8) {
+            self.last = Some((asked, t));
+            return;
+        }
+        let measured = tuples as f64 / t.as_secs_f64().max(1e-9);
+        if self.startup {
+            self.last = Some((tuples, t));
+        } else {
+            let old = self.state.throughput().unwrap_or(measured);
+            self.state
+                .set_throughput(p.alpha * measured + (1.0 - p.alpha) * old);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T_MAX: Duration = Duration::from_millis(2);
+
+    /// Runs one task on a virtual clock where every tuple costs `ns_per_tuple`;
+    /// returns the morsel sizes it took.
+    fn task(
+        policy: &MorselPolicy,
+        state: &MorselState,
+        workers: usize,
+        ns_per_tuple: u64,
+        mut remaining: usize,
+    ) -> Vec<usize> {
+        let start = Instant::now();
+        let mut now = start;
+        let mut sizer = MorselSizer::starting_at(policy, state, T_MAX, workers, start);
+        let mut sizes = Vec::new();
+        while let Some(n) = sizer.next_at(now, Some(remaining)) {
+            if remaining == 0 {
+                break;
+            }
+            let n = n.min(remaining);
+            remaining -= n;
+            now += Duration::from_nanos(ns_per_tuple * n as u64);
+            sizer.done_at(now, n);
+            sizes.push(n);
+        }
+        sizes
+    }
+
+    #[test]
+    fn startup_doubles_from_c0_while_the_double_fits() {
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        let state = MorselState::default();
+        // 100 ns per tuple: 16, 32, ... while 2·t_{i-1} ≤ t_max − Σt.
+        let sizes = task(&policy, &state, 1, 100, 1 << 30);
+        assert_eq!(sizes[0], 16);
+        assert!(sizes.windows(2).all(|w| w[1] == 2 * w[0]), "{sizes:?}");
+        let total_ns: u64 = sizes.iter().map(|&n| 100 * n as u64).sum();
+        assert!(total_ns <= T_MAX.as_nanos() as u64);
+        // The last startup morsel gives the estimate: 10 M tuples per second.
+        let t = state.throughput().unwrap();
+        assert!((t - 1e7).abs() < 1.0, "{t}");
+    }
+
+    #[test]
+    fn default_state_takes_one_morsel_of_t_times_t_max() {
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        let state = MorselState::default();
+        state.set_throughput(1e7);
+        let sizes = task(&policy, &state, 1, 100, 1 << 30);
+        assert_eq!(sizes, vec![20_000]); // 1e7 tuples/s × 2 ms
+    }
+
+    #[test]
+    fn default_state_tracks_a_changed_throughput_with_the_ewma() {
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        let state = MorselState::default();
+        state.set_throughput(1e7);
+        // The pipeline is 4x slower than estimated: the first morsel overruns,
+        // the estimate moves by α = 0.8 towards the measurement.
+        let sizes = task(&policy, &state, 1, 400, 1 << 30);
+        assert_eq!(sizes, vec![20_000]);
+        let t = state.throughput().unwrap();
+        assert!((t - (0.8 * 2.5e6 + 0.2 * 1e7)).abs() < 1.0, "{t}");
+    }
+
+    #[test]
+    fn shutdown_splits_the_rest_over_the_workers() {
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        let state = MorselState::default();
+        state.set_throughput(1e7);
+        // 4 workers, 40 000 tuples left = 4 ms < W·t_max: morsels of 1 ms.
+        let sizes = task(&policy, &state, 4, 100, 40_000);
+        assert_eq!(sizes[0], 10_000);
+    }
+
+    #[test]
+    fn fixed_morsels_fill_t_max() {
+        let policy = MorselPolicy::Fixed(1000);
+        let state = MorselState::default();
+        // 100 µs per morsel: the task runs 20 of them before t_max is used up.
+        let sizes = task(&policy, &state, 1, 100, 1 << 30);
+        assert_eq!(sizes.len(), 20);
+        assert!(sizes.iter().all(|&n| n == 1000));
+    }
+}
