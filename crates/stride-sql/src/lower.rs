@@ -427,6 +427,85 @@ fn conjunction_selectivity(conjuncts: &[&Expr]) -> f64 {
     sel
 }
 
+/// A literal as f64 on the scale of [`stride_storage::Table::column_range`].
+fn literal_value(e: &Expr) -> Option<f64> {
+    let Expr::Literal(v, _) = e else { return None };
+    match v {
+        ScalarValue::Date32(Some(d)) => Some(f64::from(*d)),
+        ScalarValue::Decimal128(Some(x), _, s) => Some(*x as f64 / 10f64.powi(i32::from(*s))),
+        other => match other.cast_to(&arrow::datatypes::DataType::Float64).ok()? {
+            ScalarValue::Float64(Some(f)) => Some(f),
+            _ => None,
+        },
+    }
+}
+
+/// Lower and upper bounds a conjunct puts on a column (`col < v`, `v <= col`,
+/// `col BETWEEN a AND b`).
+fn bounds(e: &Expr) -> Option<(&datafusion_common::Column, Option<f64>, Option<f64>)> {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let (col, v, op) = match (left.as_ref(), right.as_ref()) {
+                (Expr::Column(c), lit) => (c, literal_value(lit)?, *op),
+                (lit, Expr::Column(c)) => (c, literal_value(lit)?, op.swap()?),
+                _ => return None,
+            };
+            match op {
+                Operator::Lt | Operator::LtEq => Some((col, None, Some(v))),
+                Operator::Gt | Operator::GtEq => Some((col, Some(v), None)),
+                _ => None,
+            }
+        }
+        Expr::Between(b) if !b.negated => match b.expr.as_ref() {
+            Expr::Column(c) => Some((
+                c,
+                Some(literal_value(&b.low)?),
+                Some(literal_value(&b.high)?),
+            )),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Selectivity of a filter directly over a table scan: range conjuncts on
+/// numeric and date columns use the column's (min, max), the rest the fixed
+/// heuristics of [`selectivity`].
+fn scan_selectivity(predicate: &Expr, scan: &TableScan) -> f64 {
+    let Some(source) = scan.source.downcast_ref::<StrideTableSource>() else {
+        return selectivity(predicate);
+    };
+    let table = &source.table;
+    let mut conjuncts = Vec::new();
+    split_and(predicate, &mut conjuncts);
+    let mut ranges: Vec<(&datafusion_common::Column, f64, f64, f64, f64)> = Vec::new();
+    let mut others = Vec::new();
+    for c in conjuncts {
+        let bounded = bounds(c).and_then(|(col, lo, hi)| {
+            let idx = table.schema().index_of(col.name()).ok()?;
+            let (min, max) = table.column_range(idx)?;
+            Some((col, lo, hi, min, max))
+        });
+        match bounded {
+            Some((col, lo, hi, min, max)) => match ranges.iter_mut().find(|r| r.0 == col) {
+                Some(r) => {
+                    r.1 = r.1.max(lo.unwrap_or(min));
+                    r.2 = r.2.min(hi.unwrap_or(max));
+                }
+                None => ranges.push((col, lo.unwrap_or(min), hi.unwrap_or(max), min, max)),
+            },
+            None => others.push(c),
+        }
+    }
+    let mut sel = conjunction_selectivity(&others);
+    for (_, lo, hi, min, max) in ranges {
+        let width = max - min;
+        let s = if width > 0.0 { (hi - lo) / width } else { 1.0 };
+        sel *= s.clamp(0.001, 1.0);
+    }
+    sel
+}
+
 /// A cardinality estimate: `rows` output rows drawn from a key domain of
 /// `domain` values (the unfiltered cardinality of the table the rows come
 /// from, which bounds the distinct values of its key columns).
@@ -479,8 +558,12 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
         }
         LogicalPlan::Filter(f) => {
             let input = estimate(&f.input);
+            let sel = match f.input.as_ref() {
+                LogicalPlan::TableScan(scan) => scan_selectivity(&f.predicate, scan),
+                _ => selectivity(&f.predicate),
+            };
             Estimate {
-                rows: (input.rows * selectivity(&f.predicate)).max(1.0),
+                rows: (input.rows * sel).max(1.0),
                 domain: input.domain,
             }
         }

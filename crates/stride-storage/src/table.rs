@@ -5,10 +5,10 @@
 //! blocks (`RecordBatch` clones are reference-counted), so readers never see a
 //! partially written table and writers never wait for readers.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Float64Type, SchemaRef};
 
 use crate::error::{Result, StorageError};
 
@@ -18,6 +18,9 @@ pub struct Table {
     schema: SchemaRef,
     blocks: Arc<[RecordBatch]>,
     rows: usize,
+    /// Per column: (min, max) as f64 for numeric and date columns, computed
+    /// on first request (the planner's range selectivities).
+    ranges: Arc<[OnceLock<Option<(f64, f64)>>]>,
 }
 
 impl Table {
@@ -36,9 +39,38 @@ impl Table {
         let rows = blocks.iter().map(|b| b.num_rows()).sum();
         Ok(Table {
             name: name.into(),
+            ranges: empty_ranges(&schema),
             schema,
             blocks: blocks.into(),
             rows,
+        })
+    }
+
+    /// (min, max) of a numeric or date column as f64 (dates in days since
+    /// the epoch, decimals at their value); `None` for other types, for an
+    /// empty or all-NULL column, or an index out of range.
+    pub fn column_range(&self, column: usize) -> Option<(f64, f64)> {
+        *self.ranges.get(column)?.get_or_init(|| {
+            let mut range: Option<(f64, f64)> = None;
+            for block in self.blocks.iter() {
+                let col = block.column(column);
+                let numeric = match col.data_type() {
+                    DataType::Date32 => arrow::compute::cast(col, &DataType::Int32).ok()?,
+                    t if t.is_numeric() => col.clone(),
+                    _ => return None,
+                };
+                let values = arrow::compute::cast(&numeric, &DataType::Float64).ok()?;
+                let values = values.as_primitive::<Float64Type>();
+                if let (Some(lo), Some(hi)) =
+                    (arrow::compute::min(values), arrow::compute::max(values))
+                {
+                    range = Some(match range {
+                        Some((a, b)) => (a.min(lo), b.max(hi)),
+                        None => (lo, hi),
+                    });
+                }
+            }
+            range
         })
     }
 
@@ -74,6 +106,7 @@ impl Table {
         let rows = blocks.iter().map(|b| b.num_rows()).sum();
         Ok(Table {
             name: self.name.clone(),
+            ranges: empty_ranges(&self.schema),
             schema: self.schema.clone(),
             blocks: blocks.into(),
             rows,
@@ -102,6 +135,10 @@ pub fn plain_strings(schema: &SchemaRef) -> SchemaRef {
         fields,
         schema.metadata().clone(),
     ))
+}
+
+fn empty_ranges(schema: &SchemaRef) -> Arc<[OnceLock<Option<(f64, f64)>>]> {
+    schema.fields().iter().map(|_| OnceLock::new()).collect()
 }
 
 /// Re-labels a batch with `schema`, casting columns whose type differs.
