@@ -20,7 +20,7 @@ pub struct Table {
     rows: usize,
     /// Per column: (min, max) as f64 for numeric and date columns, computed
     /// on first request (the planner's range selectivities).
-    ranges: Arc<[OnceLock<Option<(f64, f64)>>]>,
+    ranges: ColumnRanges,
 }
 
 impl Table {
@@ -137,7 +137,10 @@ pub fn plain_strings(schema: &SchemaRef) -> SchemaRef {
     ))
 }
 
-fn empty_ranges(schema: &SchemaRef) -> Arc<[OnceLock<Option<(f64, f64)>>]> {
+/// Lazily computed (min, max) per column.
+type ColumnRanges = Arc<[OnceLock<Option<(f64, f64)>>]>;
+
+fn empty_ranges(schema: &SchemaRef) -> ColumnRanges {
     schema.fields().iter().map(|_| OnceLock::new()).collect()
 }
 
