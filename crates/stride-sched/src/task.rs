@@ -110,23 +110,6 @@ impl<'a> TaskContext<'a> {
         }
     }
 
-    /// A context for running a task set outside of a scheduler (unit tests of
-    /// task sets, single-threaded tools).
-    pub fn detached(
-        worker: usize,
-        workers: usize,
-        policy: &'a MorselPolicy,
-        state: &'a MorselState,
-    ) -> Self {
-        Self::new(
-            worker,
-            workers,
-            Duration::from_millis(2),
-            (policy, state),
-            false,
-        )
-    }
-
     /// Index of the worker running this task, in `0..workers()`. Task sets use
     /// it to address per-worker state without contention.
     pub fn worker(&self) -> usize {
@@ -156,10 +139,5 @@ impl<'a> TaskContext<'a> {
         self.morsels += 1;
         self.tuples += tuples as u64;
         self.sizer.done(tuples);
-    }
-
-    /// Whether the query this task belongs to was cancelled when the task started.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancelled
     }
 }

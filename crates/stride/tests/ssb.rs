@@ -10,8 +10,7 @@ mod common;
 
 use std::sync::{Arc, OnceLock};
 
-use stride_sched::SchedulerConfig;
-use stride_sql::{Engine, EngineConfig};
+use stride_sql::Engine;
 
 /// ORDER BY of each query (q1.1 … q4.3) as (output column, descending).
 const ORDER: [&[(usize, bool)]; 13] = [
@@ -39,13 +38,7 @@ const ORDER: [&[(usize, bool)]; 13] = [
 fn engine() -> &'static Arc<Engine> {
     static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let engine = Engine::new(EngineConfig {
-            scheduler: SchedulerConfig {
-                workers: 2,
-                pin_workers: false,
-                ..SchedulerConfig::default()
-            },
-        });
+        let engine = common::test_engine(2);
         engine.load_ssb(0.1, 42).expect("generate SSB SF 0.1");
         engine
     })

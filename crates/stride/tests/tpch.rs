@@ -8,8 +8,7 @@ mod common;
 
 use std::sync::{Arc, OnceLock};
 
-use stride_sched::SchedulerConfig;
-use stride_sql::{Engine, EngineConfig};
+use stride_sql::Engine;
 
 /// ORDER BY of each query as (output column, descending).
 const ORDER: [&[(usize, bool)]; 22] = [
@@ -40,13 +39,7 @@ const ORDER: [&[(usize, bool)]; 22] = [
 fn engine() -> &'static Arc<Engine> {
     static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let engine = Engine::new(EngineConfig {
-            scheduler: SchedulerConfig {
-                workers: 2,
-                pin_workers: false,
-                ..SchedulerConfig::default()
-            },
-        });
+        let engine = common::test_engine(2);
         engine.load_tpch(0.1).expect("generate TPC-H SF 0.1");
         engine
     })

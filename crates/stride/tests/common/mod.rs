@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+
 use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
@@ -167,4 +169,15 @@ pub fn check_answer(
         panic!("{name}: {e}");
     }
     (actual, expected)
+}
+
+/// An engine for the answer tests: `workers` unpinned workers, adaptive morsels.
+pub fn test_engine(workers: usize) -> Arc<stride_sql::Engine> {
+    stride_sql::Engine::new(stride_sql::EngineConfig {
+        scheduler: stride_sched::SchedulerConfig {
+            workers,
+            pin_workers: false,
+            ..Default::default()
+        },
+    })
 }
