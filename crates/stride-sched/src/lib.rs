@@ -22,12 +22,14 @@
 //! * [`task`] — the contract between a task set and the scheduler;
 //! * [`group`] — resource-group state, completion and accounting;
 //! * [`morsel`] — adaptive morsel sizing (seed 001 §3.1);
-//! * [`queue`] — the run queue and the FIFO policy that picks the next task set;
+//! * [`policy`] — FIFO, fair and decaying-priority stride scheduling;
+//! * [`queue`] — the run queue the policy picks from;
 //! * [`worker`] — the worker loop, pinning and idling;
 //! * [`scheduler`] — the public handle: configuration, submission, shutdown.
 
 pub mod group;
 pub mod morsel;
+pub mod policy;
 pub mod queue;
 pub mod scheduler;
 pub mod task;
@@ -35,5 +37,6 @@ pub mod worker;
 
 pub use group::{QueryHandle, QueryStats, ResourceGroupId};
 pub use morsel::{AdaptiveMorsels, MorselPolicy, MorselState};
+pub use policy::{DecayParams, Policy};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use task::{QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork};

@@ -1,4 +1,4 @@
-//! The run queue and the FIFO policy.
+//! The run queue; the policy ([`crate::policy`]) picks among its groups.
 //!
 //! Protocol: all active resource groups sit in one queue in arrival order,
 //! behind one mutex. A worker picking work locks the queue, walks it from the
@@ -15,26 +15,34 @@
 //! `running` cannot rise again while `exhausted` is set, so no other worker can
 //! observe the condition until `finalizing` is cleared by the next activation.
 //!
-//! This is the FIFO baseline of seed 001 §5 (work-conserving: a later query gets
-//! workers only when earlier ones cannot use them). The lock-free stride core of
-//! seed 001 §2.3 replaces this module in the scheduler issue; the contract in
-//! [`crate::task`] does not change.
+//! Which runnable group a worker takes is the policy's choice: FIFO (seed
+//! 001's baseline, work-conserving: a later query gets workers only when
+//! earlier ones cannot use them), fair or decaying-priority stride scheduling.
+//! The lock-free stride core of seed 001 §2.3 replaces this module in the
+//! scheduler issue; the contract in [`crate::task`] does not change.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::group::{GroupSched, ResourceGroup};
+use crate::policy::{Policy, StrideState};
 use crate::task::QueryError;
 
 pub(crate) struct Entry {
     pub(crate) group: Arc<ResourceGroup>,
     pub(crate) sched: GroupSched,
+    pub(crate) stride: StrideState,
 }
 
 /// Active resource groups in arrival order.
-#[derive(Default)]
 pub(crate) struct RunQueue {
     entries: VecDeque<Entry>,
+    policy: Policy,
+    t_max: Duration,
+    /// Smallest pass among the active groups when the queue last changed:
+    /// the pass a newly arriving group starts with.
+    virtual_time: f64,
 }
 
 /// A task the FIFO policy picked for a worker.
@@ -56,10 +64,23 @@ pub(crate) enum AfterTask {
 }
 
 impl RunQueue {
+    pub(crate) fn new(policy: Policy, t_max: Duration) -> Self {
+        RunQueue {
+            entries: VecDeque::new(),
+            policy,
+            t_max,
+            virtual_time: 0.0,
+        }
+    }
+
     pub(crate) fn push(&mut self, group: Arc<ResourceGroup>) {
+        if let Some(min) = self.entries.iter().map(|e| e.stride.pass).reduce(f64::min) {
+            self.virtual_time = self.virtual_time.max(min);
+        }
         self.entries.push_back(Entry {
             group,
             sched: GroupSched::default(),
+            stride: StrideState::enter(&self.policy, self.virtual_time),
         });
     }
 
@@ -71,10 +92,15 @@ impl RunQueue {
         self.entries.iter_mut().find(|e| e.group.id == group.id)
     }
 
-    /// FIFO: the first group in arrival order whose active task set can start a
-    /// task. Cancelled groups are turned into finalization-free completions.
+    /// The policy's choice among the groups whose active task set can start a
+    /// task: FIFO takes the first in arrival order, the stride policies the
+    /// smallest pass (the earlier arrival on ties). A cancelled group found on
+    /// the way is failed; if none of its tasks runs, the caller completes it.
     pub(crate) fn pick(&mut self) -> Option<Pick> {
-        for entry in self.entries.iter_mut() {
+        let policy = &self.policy;
+        // (index, pass) of the best runnable group so far.
+        let mut best: Option<(usize, f64)> = None;
+        for (i, entry) in self.entries.iter_mut().enumerate() {
             let s = &mut entry.sched;
             if s.exhausted || s.finalizing {
                 continue;
@@ -98,28 +124,39 @@ impl RunQueue {
                 }
                 continue;
             }
-            s.running += 1;
-            s.started.get_or_insert_with(std::time::Instant::now);
-            return Some(Pick {
-                group: entry.group.clone(),
-                task_set: s.active,
-                run: true,
-            });
+            match best {
+                Some((_, pass)) if entry.stride.pass >= pass => {}
+                _ => best = Some((i, entry.stride.pass)),
+            }
+            if matches!(policy, Policy::Fifo) {
+                break;
+            }
         }
-        None
+        let entry = &mut self.entries[best?.0];
+        let s = &mut entry.sched;
+        s.running += 1;
+        s.started.get_or_insert_with(std::time::Instant::now);
+        Some(Pick {
+            group: entry.group.clone(),
+            task_set: s.active,
+            run: true,
+        })
     }
 
-    /// Returns a task of `group`'s active set. `exhausted` is whether the task
-    /// found the set dry; `error` an error it raised.
+    /// Returns a task of `group`'s active set that ran for `ran`. `exhausted`
+    /// is whether the task found the set dry; `error` an error it raised.
     pub(crate) fn task_returned(
         &mut self,
         group: &ResourceGroup,
+        ran: Duration,
         exhausted: bool,
         error: Option<QueryError>,
     ) -> AfterTask {
+        let (policy, t_max) = (self.policy.clone(), self.t_max);
         let Some(entry) = self.entry_mut(group) else {
             return AfterTask::Continue;
         };
+        entry.stride.charge(&policy, ran, t_max);
         let s = &mut entry.sched;
         s.running -= 1;
         if let Some(err) = error {

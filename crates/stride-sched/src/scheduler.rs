@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::group::{QueryHandle, ResourceGroup};
 use crate::morsel::{AdaptiveMorsels, MorselPolicy};
+use crate::policy::Policy;
 use crate::queue::RunQueue;
 use crate::task::{QueryError, TaskSetWork};
 use crate::worker;
@@ -23,6 +24,8 @@ pub struct SchedulerConfig {
     pub t_max: Duration,
     /// How tasks size their morsels.
     pub morsels: MorselPolicy,
+    /// Which runnable resource group a worker serves next.
+    pub policy: Policy,
 }
 
 impl Default for SchedulerConfig {
@@ -32,6 +35,7 @@ impl Default for SchedulerConfig {
             pin_workers: true,
             t_max: Duration::from_millis(2),
             morsels: MorselPolicy::Adaptive(AdaptiveMorsels::default()),
+            policy: Policy::default(),
         }
     }
 }
@@ -62,9 +66,10 @@ impl Scheduler {
         if let MorselPolicy::Fixed(n) = &mut config.morsels {
             *n = (*n).max(1);
         }
+        let queue = RunQueue::new(config.policy.clone(), config.t_max);
         let shared = Arc::new(Shared {
             config,
-            queue: Mutex::new(RunQueue::default()),
+            queue: Mutex::new(queue),
             work_available: Condvar::new(),
             shutdown: AtomicBool::new(false),
         });

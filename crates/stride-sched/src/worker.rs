@@ -55,9 +55,9 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
             );
             let start = Instant::now();
             let result = catch_unwind(AssertUnwindSafe(|| task_set.run_task(&mut ctx)));
+            let ran = start.elapsed();
             let c = &group.counters;
-            c.cpu_ns
-                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            c.cpu_ns.fetch_add(ran.as_nanos() as u64, Ordering::Relaxed);
             c.tasks.fetch_add(1, Ordering::Relaxed);
             c.morsels.fetch_add(ctx.morsels, Ordering::Relaxed);
             c.tuples.fetch_add(ctx.tuples, Ordering::Relaxed);
@@ -67,7 +67,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
                 Err(panic) => (true, Some(QueryError::Panicked(panic_message(&panic)))),
             };
             let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let after = queue.task_returned(&group, exhausted, error);
+            let after = queue.task_returned(&group, ran, exhausted, error);
             if matches!(after, AfterTask::Continue) && !exhausted {
                 // More work may remain for idle workers too.
                 shared.work_available.notify_one();

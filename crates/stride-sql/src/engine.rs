@@ -185,29 +185,42 @@ impl Session {
 
     /// Runs every statement of `sql`; stops at the first error.
     pub fn execute(&mut self, sql: &str) -> Result<Vec<StatementOutput>> {
-        let statements = DFParser::parse_sql(sql).map_err(|e| match e {
-            DataFusionError::SQL(p, _) => SqlError::Syntax(p.to_string()),
-            other => SqlError::Syntax(other.to_string()),
-        })?;
+        self.execute_statements(sql).into_iter().collect()
+    }
+
+    /// Runs the statements of `sql` one by one and returns each one's result;
+    /// after the first failing statement no further one runs (its error is
+    /// the last element).
+    pub fn execute_statements(&mut self, sql: &str) -> Vec<Result<StatementOutput>> {
+        let statements = match DFParser::parse_sql(sql) {
+            Ok(s) => s,
+            Err(DataFusionError::SQL(p, _)) => return vec![Err(SqlError::Syntax(p.to_string()))],
+            Err(other) => return vec![Err(SqlError::Syntax(other.to_string()))],
+        };
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
-            reject_unsupported_syntax(&stmt)?;
-            // Planning runs on the session's thread; a panic in a planner
-            // library must fail this statement only.
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.execute_statement(stmt)
-            }))
-            .unwrap_or_else(|panic| {
-                let msg = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                Err(SqlError::Internal(format!("planning panicked: {msg}")))
+            let result = reject_unsupported_syntax(&stmt).and_then(|()| {
+                // Planning runs on the session's thread; a panic in a planner
+                // library must fail this statement only.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.execute_statement(stmt)
+                }))
+                .unwrap_or_else(|panic| {
+                    let msg = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Err(SqlError::Internal(format!("planning panicked: {msg}")))
+                })
             });
-            out.push(result?);
+            let failed = result.is_err();
+            out.push(result);
+            if failed {
+                break;
+            }
         }
-        Ok(out)
+        out
     }
 
     /// Runs exactly one query and returns its rows.
@@ -546,6 +559,9 @@ impl Session {
                 self.set_default_schema(&first.to_lowercase())?;
                 Ok(command("SET"))
             }
+            "stride.policy" => Err(SqlError::Unsupported(
+                "SET stride.policy per session (the policy is set per server: --policy)".into(),
+            )),
             other => Err(SqlError::Setting(format!("unknown setting \"{other}\""))),
         }
     }
@@ -554,7 +570,7 @@ impl Session {
         let value = match variable {
             "search_path" | "schema" => self.default_schema.clone(),
             "stride.workers" => self.engine.scheduler.config().workers.to_string(),
-            "stride.policy" => "fifo".to_string(),
+            "stride.policy" => self.engine.scheduler.config().policy.name().to_string(),
             other => return Err(SqlError::Setting(format!("unknown setting \"{other}\""))),
         };
         let schema = Arc::new(arrow::datatypes::Schema::new(vec![

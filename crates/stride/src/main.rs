@@ -48,6 +48,9 @@ struct GlobalArgs {
     /// Fixed tuples per morsel (default: adaptive morsels sized to t_max, seed 001 §3.1).
     #[arg(long, global = true)]
     morsel_rows: Option<usize>,
+    /// Scheduling policy: fifo, fair or stride (decaying priorities).
+    #[arg(long, global = true, default_value = "fifo")]
+    policy: String,
     /// Do not pin workers to cores.
     #[arg(long, global = true)]
     no_pin: bool,
@@ -88,6 +91,12 @@ fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
         scheduler.morsels = stride_sched::MorselPolicy::Fixed(rows);
     }
     scheduler.pin_workers = !global.no_pin;
+    scheduler.policy = stride_sched::Policy::parse(&global.policy).with_context(|| {
+        format!(
+            "unknown policy \"{}\" (expected fifo, fair or stride)",
+            global.policy
+        )
+    })?;
     let engine = Engine::new(EngineConfig { scheduler });
     let mut session = engine.session();
     for &sf in &global.tpch {

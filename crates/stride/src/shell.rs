@@ -37,18 +37,16 @@ pub fn print_output(out: &StatementOutput, w: &mut dyn Write) -> Result<()> {
 
 /// Runs SQL text; prints results or the error. Returns whether all statements succeeded.
 pub fn run_text(session: &mut Session, sql: &str, w: &mut dyn Write) -> Result<bool> {
-    match session.execute(sql) {
-        Ok(outputs) => {
-            for o in &outputs {
-                print_output(o, w)?;
+    for result in session.execute_statements(sql) {
+        match result {
+            Ok(output) => print_output(&output, w)?,
+            Err(e) => {
+                writeln!(w, "ERROR: {e}")?;
+                return Ok(false);
             }
-            Ok(true)
-        }
-        Err(e) => {
-            writeln!(w, "ERROR: {e}")?;
-            Ok(false)
         }
     }
+    Ok(true)
 }
 
 /// A line-oriented shell: collects lines until one ends with `;`.

@@ -126,6 +126,12 @@ fn run_file(path: &Path, workers: usize, morsel_rows: Option<usize>) -> Vec<Stri
     let engine = Engine::new(EngineConfig {
         scheduler: SchedulerConfig {
             workers,
+            // The adaptive-morsel run also uses the fair policy.
+            policy: if morsel_rows.is_none() {
+                stride_sched::Policy::Fair
+            } else {
+                stride_sched::Policy::Fifo
+            },
             morsels: match morsel_rows {
                 Some(n) => stride_sched::MorselPolicy::Fixed(n),
                 None => stride_sched::MorselPolicy::Adaptive(Default::default()),

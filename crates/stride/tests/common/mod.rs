@@ -171,12 +171,15 @@ pub fn check_answer(
     (actual, expected)
 }
 
-/// An engine for the answer tests: `workers` unpinned workers, adaptive morsels.
+/// An engine for the answer tests: `workers` unpinned workers, adaptive
+/// morsels, stride scheduling with decaying priorities (the FIFO default runs
+/// in the sqllogictest files).
 pub fn test_engine(workers: usize) -> Arc<stride_sql::Engine> {
     stride_sql::Engine::new(stride_sql::EngineConfig {
         scheduler: stride_sched::SchedulerConfig {
             workers,
             pin_workers: false,
+            policy: stride_sched::Policy::Stride(Default::default()),
             ..Default::default()
         },
     })
