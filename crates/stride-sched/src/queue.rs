@@ -88,10 +88,6 @@ impl RunQueue {
         self.entries.len()
     }
 
-    fn entry_mut(&mut self, group: &ResourceGroup) -> Option<&mut Entry> {
-        self.entries.iter_mut().find(|e| e.group.id == group.id)
-    }
-
     /// The policy's choice among the groups whose active task set can start a
     /// task: FIFO takes the first in arrival order, the stride policies the
     /// smallest pass (the earlier arrival on ties). A cancelled group found on
@@ -152,11 +148,11 @@ impl RunQueue {
         exhausted: bool,
         error: Option<QueryError>,
     ) -> AfterTask {
-        let (policy, t_max) = (self.policy.clone(), self.t_max);
-        let Some(entry) = self.entry_mut(group) else {
+        let Some(pos) = self.entries.iter().position(|e| e.group.id == group.id) else {
             return AfterTask::Continue;
         };
-        entry.stride.charge(&policy, ran, t_max);
+        let entry = &mut self.entries[pos];
+        entry.stride.charge(&self.policy, ran, self.t_max);
         let s = &mut entry.sched;
         s.running -= 1;
         if let Some(err) = error {
