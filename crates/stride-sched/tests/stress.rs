@@ -252,6 +252,22 @@ fn cancel_stops_a_query_and_frees_the_workers() {
     assert_eq!(scheduler.active_groups(), 0);
 }
 
+/// Keeps a worker busy until opened, so that groups submitted meanwhile are
+/// all queued when scheduling starts.
+struct Gate(Arc<AtomicBool>);
+
+impl TaskSetWork for Gate {
+    fn name(&self) -> String {
+        "gate".into()
+    }
+    fn run_task(&self, _ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
+        while !self.0.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        Ok(TaskOutcome::Exhausted)
+    }
+}
+
 /// Records the order in which groups' tasks run.
 struct Logging {
     group: usize,
@@ -280,18 +296,6 @@ fn fifo_serves_groups_in_arrival_order_on_one_worker() {
     let log = Arc::new(Mutex::new(Vec::new()));
     // A blocker keeps the only worker busy until all groups are submitted.
     let gate = Arc::new(AtomicBool::new(false));
-    struct Gate(Arc<AtomicBool>);
-    impl TaskSetWork for Gate {
-        fn name(&self) -> String {
-            "gate".into()
-        }
-        fn run_task(&self, _ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
-            while !self.0.load(Ordering::Acquire) {
-                std::thread::yield_now();
-            }
-            Ok(TaskOutcome::Exhausted)
-        }
-    }
     let g = scheduler.submit(vec![Arc::new(Gate(gate.clone()))]);
     let handles: Vec<_> = (0..3)
         .map(|group| {
@@ -410,18 +414,6 @@ fn stride_finishes_the_shorter_of_two_simultaneous_queries_first() {
         });
         let log = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(AtomicBool::new(false));
-        struct Gate(Arc<AtomicBool>);
-        impl TaskSetWork for Gate {
-            fn name(&self) -> String {
-                "gate".into()
-            }
-            fn run_task(&self, _ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
-                while !self.0.load(Ordering::Acquire) {
-                    std::thread::yield_now();
-                }
-                Ok(TaskOutcome::Exhausted)
-            }
-        }
         let g = scheduler.submit(vec![Arc::new(Gate(gate.clone()))]);
         // The long query arrives first.
         let mk = |group, tasks| {
