@@ -268,27 +268,6 @@ impl TaskSetWork for Gate {
     }
 }
 
-/// Records the order in which groups' tasks run.
-struct Logging {
-    group: usize,
-    tasks: usize,
-    taken: AtomicUsize,
-    log: Arc<Mutex<Vec<usize>>>,
-}
-
-impl TaskSetWork for Logging {
-    fn name(&self) -> String {
-        format!("logging {}", self.group)
-    }
-    fn run_task(&self, _ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
-        if self.taken.fetch_add(1, Ordering::Relaxed) >= self.tasks {
-            return Ok(TaskOutcome::Exhausted);
-        }
-        self.log.lock().unwrap().push(self.group);
-        Ok(TaskOutcome::Yielded)
-    }
-}
-
 #[test]
 fn fifo_serves_groups_in_arrival_order_on_one_worker() {
     let _serial = serial();
@@ -298,14 +277,7 @@ fn fifo_serves_groups_in_arrival_order_on_one_worker() {
     let gate = Arc::new(AtomicBool::new(false));
     let g = scheduler.submit(vec![Arc::new(Gate(gate.clone()))]);
     let handles: Vec<_> = (0..3)
-        .map(|group| {
-            scheduler.submit(vec![Arc::new(Logging {
-                group,
-                tasks: 5,
-                taken: AtomicUsize::new(0),
-                log: log.clone(),
-            })])
-        })
+        .map(|group| scheduler.submit(vec![Logged::task_set(group, 5, false, &log)]))
         .collect();
     gate.store(true, Ordering::Release);
     g.wait().unwrap();
@@ -318,24 +290,43 @@ fn fifo_serves_groups_in_arrival_order_on_one_worker() {
     );
 }
 
-/// A task set of `tasks` tasks that each spin for a whole `t_max`.
-struct Spin {
+/// A task set of `tasks` tasks, each logging its group when it starts and,
+/// with `spin`, busy for a whole `t_max`.
+struct Logged {
     group: usize,
     tasks: usize,
+    spin: bool,
     taken: AtomicUsize,
     log: Arc<Mutex<Vec<usize>>>,
 }
 
-impl TaskSetWork for Spin {
+impl Logged {
+    fn task_set(
+        group: usize,
+        tasks: usize,
+        spin: bool,
+        log: &Arc<Mutex<Vec<usize>>>,
+    ) -> Arc<dyn TaskSetWork> {
+        Arc::new(Logged {
+            group,
+            tasks,
+            spin,
+            taken: AtomicUsize::new(0),
+            log: log.clone(),
+        })
+    }
+}
+
+impl TaskSetWork for Logged {
     fn name(&self) -> String {
-        format!("spin {}", self.group)
+        format!("logged {}", self.group)
     }
     fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
         if self.taken.fetch_add(1, Ordering::Relaxed) >= self.tasks {
             return Ok(TaskOutcome::Exhausted);
         }
         self.log.lock().unwrap().push(self.group);
-        while ctx.next_morsel(None).is_some() {
+        while self.spin && ctx.next_morsel(None).is_some() {
             ctx.morsel_done(1);
         }
         Ok(TaskOutcome::Yielded)
@@ -354,20 +345,12 @@ fn long_tasks_while_short_runs(policy: Policy) -> usize {
         policy,
     });
     let log = Arc::new(Mutex::new(Vec::new()));
-    let spin = |group, tasks| {
-        Arc::new(Spin {
-            group,
-            tasks,
-            taken: AtomicUsize::new(0),
-            log: log.clone(),
-        }) as Arc<dyn TaskSetWork>
-    };
-    let long = scheduler.submit(vec![spin(0, 200)]);
+    let long = scheduler.submit(vec![Logged::task_set(0, 200, true, &log)]);
     while log.lock().unwrap().len() < 20 {
         std::thread::yield_now();
     }
     let arrival = log.lock().unwrap().len();
-    let short = scheduler.submit(vec![spin(1, 10)]);
+    let short = scheduler.submit(vec![Logged::task_set(1, 10, true, &log)]);
     short.wait().unwrap();
     long.wait().unwrap();
     let log = log.lock().unwrap();
@@ -416,16 +399,8 @@ fn stride_finishes_the_shorter_of_two_simultaneous_queries_first() {
         let gate = Arc::new(AtomicBool::new(false));
         let g = scheduler.submit(vec![Arc::new(Gate(gate.clone()))]);
         // The long query arrives first.
-        let mk = |group, tasks| {
-            Arc::new(Spin {
-                group,
-                tasks,
-                taken: AtomicUsize::new(0),
-                log: log.clone(),
-            }) as Arc<dyn TaskSetWork>
-        };
-        let long = scheduler.submit(vec![mk(0, 40)]);
-        let short = scheduler.submit(vec![mk(1, 8)]);
+        let long = scheduler.submit(vec![Logged::task_set(0, 40, true, &log)]);
+        let short = scheduler.submit(vec![Logged::task_set(1, 8, true, &log)]);
         gate.store(true, Ordering::Release);
         g.wait().unwrap();
         short.wait().unwrap();

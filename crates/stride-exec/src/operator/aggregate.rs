@@ -417,6 +417,8 @@ struct PartialOutput {
 struct AggregateShared {
     group_by: Vec<ExprRef>,
     aggregates: Vec<AggregateSpec>,
+    /// Argument expressions of each aggregate (taken out of the functions once).
+    args: Vec<Vec<ExprRef>>,
     /// `None` without GROUP BY.
     codec: Option<KeyCodec>,
     /// Schema of the aggregation's input (to size accumulators without input).
@@ -461,9 +463,14 @@ pub fn aggregate(
     } else {
         (workers * 4).max(1)
     };
+    let args = aggregates
+        .iter()
+        .map(|a| a.function.expressions())
+        .collect();
     let shared = Arc::new(AggregateShared {
         group_by,
         aggregates,
+        args,
         codec,
         input_schema: crate::nullable_schema(&input_schema),
         schema: crate::nullable_schema(&schema),
@@ -500,9 +507,9 @@ impl Sink for AggregateSink {
             None => None,
         };
         let args: Vec<Vec<ArrayRef>> = s
-            .aggregates
+            .args
             .iter()
-            .map(|a| eval_all(&a.function.expressions(), &batch))
+            .map(|exprs| eval_all(exprs, &batch))
             .collect::<Result<_>>()?;
         let filters: Vec<Option<ArrayRef>> = s
             .aggregates
@@ -621,8 +628,8 @@ impl AggregateMergeSource {
                 &RecordBatchOptions::new().with_row_count(Some(1)),
             )?;
             let masked = BooleanArray::from(vec![false]);
-            for (state, spec) in states.iter_mut().zip(&s.aggregates) {
-                let values = eval_all(&spec.function.expressions(), &nulls)?;
+            for (state, exprs) in states.iter_mut().zip(&s.args) {
+                let values = eval_all(exprs, &nulls)?;
                 state.update(&values, &[0], Some(&masked), 1)?;
             }
         }
