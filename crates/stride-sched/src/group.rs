@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::morsel::MorselState;
+use crate::policy::GroupFacts;
 use crate::task::{QueryError, TaskSetWork};
 
 /// Identifier of a resource group, unique within one scheduler.
@@ -67,6 +68,8 @@ pub(crate) struct GroupCounters {
 pub(crate) struct ResourceGroup {
     pub(crate) id: ResourceGroupId,
     pub(crate) task_sets: Vec<Arc<dyn TaskSetWork>>,
+    /// What the submitter knows about the query (user priority, estimates).
+    pub(crate) facts: GroupFacts,
     /// Adaptive-morsel state of each task set.
     pub(crate) morsel_states: Vec<MorselState>,
     pub(crate) submitted: Instant,
@@ -78,9 +81,14 @@ pub(crate) struct ResourceGroup {
 }
 
 impl ResourceGroup {
-    pub(crate) fn new(id: ResourceGroupId, task_sets: Vec<Arc<dyn TaskSetWork>>) -> Self {
+    pub(crate) fn new(
+        id: ResourceGroupId,
+        task_sets: Vec<Arc<dyn TaskSetWork>>,
+        facts: GroupFacts,
+    ) -> Self {
         ResourceGroup {
             id,
+            facts,
             morsel_states: task_sets.iter().map(|_| MorselState::default()).collect(),
             task_sets,
             submitted: Instant::now(),

@@ -37,6 +37,6 @@ pub mod worker;
 
 pub use group::{QueryHandle, QueryStats, ResourceGroupId};
 pub use morsel::{AdaptiveMorsels, MorselPolicy, MorselState};
-pub use policy::{DecayParams, Policy};
+pub use policy::{DecayParams, GroupFacts, Policy, TaskSetEstimate};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use task::{QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork};

@@ -78,7 +78,79 @@ impl Policy {
     }
 }
 
-/// Per-group stride-scheduling state.
+/// What the submitter tells the scheduler about a query (resource group).
+///
+/// Everything here is optional knowledge: the default describes an ordinary
+/// query of the default user about which nothing is known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupFacts {
+    /// Priority of the query's user (seed 001 §3.2, "custom priorities"):
+    /// scales `p0` and `p_min` of decaying priorities and the fixed priority
+    /// of the fair policy. 1.0 is the default user.
+    pub user_priority: f64,
+    /// A static priority for this query: it never decays (seed 001 §3.2 (1)).
+    pub static_priority: bool,
+    /// Estimated CPU work of each task set, when the engine has recorded it
+    /// for this query before (SRPT / IF-SRPT); `None` when unknown.
+    pub estimates: Option<Vec<TaskSetEstimate>>,
+}
+
+impl Default for GroupFacts {
+    fn default() -> Self {
+        GroupFacts {
+            user_priority: 1.0,
+            static_priority: false,
+            estimates: None,
+        }
+    }
+}
+
+/// Recorded cost of one task set (pipeline) of a query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSetEstimate {
+    /// CPU time the task set took (summed over workers).
+    pub work: Duration,
+    /// Whether the task set can use every worker (seed 000: elastic) or only
+    /// a few (inelastic, e.g. a single-morsel finalization-like pipeline).
+    pub elastic: bool,
+}
+
+/// What a worker knows when ranking the active groups.
+#[derive(Debug)]
+pub struct RankContext<'a> {
+    /// Active resource groups (occupied slots).
+    pub active_groups: usize,
+    /// Number of workers.
+    pub workers: usize,
+    /// The worker's own seeded random stream (lottery).
+    pub rng: &'a mut Rng,
+}
+
+/// A small seeded xorshift64* generator; each worker owns one.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// Uniform in (0, 1].
+    pub fn next_f64(&mut self) -> f64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        let bits = x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
+        (bits as f64 + 1.0) / (1u64 << 53) as f64
+    }
+}
+
+/// Per-group scheduling state as one worker sees it. The run queue (and the
+/// lock-free core's thread-local view) stores one per active group and only
+/// ever calls the methods below: policies differ only in this type's
+/// arithmetic.
 #[derive(Debug, Clone, Default)]
 pub struct StrideState {
     /// Virtual time this group has consumed, in quanta / priority.
@@ -87,11 +159,15 @@ pub struct StrideState {
     pub priority: f64,
     /// CPU time received, in quanta.
     pub quanta: f64,
+    /// Admission order (smaller arrived earlier); FIFO ranks by it.
+    pub arrival: u64,
 }
 
 impl StrideState {
-    /// State of a group entering at virtual time `now_pass`.
-    pub fn enter(policy: &Policy, now_pass: f64) -> Self {
+    /// State of a group entering at virtual time `now_pass` as the
+    /// `arrival`-th admitted group.
+    pub fn enter(policy: &Policy, facts: &GroupFacts, arrival: u64, now_pass: f64) -> Self {
+        let _ = facts;
         let priority = match policy {
             Policy::Stride(d) => d.p0,
             _ => 1e4,
@@ -100,6 +176,24 @@ impl StrideState {
             pass: now_pass,
             priority,
             quanta: 0.0,
+            arrival,
+        }
+    }
+
+    /// The group's next task set became active (seed 001 §2.3 event (3)):
+    /// the pass restarts at the worker's virtual time, the priority is kept.
+    pub fn task_set_activated(&mut self, policy: &Policy, task_set: usize, now_pass: f64) {
+        let _ = (policy, task_set);
+        self.pass = self.pass.max(now_pass);
+    }
+
+    /// Rank of the group: a worker serves the runnable group of smallest
+    /// rank (ties: earlier arrival).
+    pub fn rank(&self, policy: &Policy, ctx: &mut RankContext<'_>) -> f64 {
+        let _ = ctx;
+        match policy {
+            Policy::Fifo => self.arrival as f64,
+            Policy::Fair | Policy::Stride(_) => self.pass,
         }
     }
 
@@ -130,7 +224,7 @@ mod tests {
     #[test]
     fn priority_stays_at_p0_until_the_onset_then_decays_to_the_floor() {
         let policy = Policy::Stride(DecayParams::default());
-        let mut s = StrideState::enter(&policy, 0.0);
+        let mut s = StrideState::enter(&policy, &GroupFacts::default(), 0, 0.0);
         for _ in 0..5 {
             s.charge(&policy, Q, Q);
         }
@@ -145,7 +239,7 @@ mod tests {
 
     #[test]
     fn fair_priorities_never_change_and_pass_grows_with_cpu_time() {
-        let mut s = StrideState::enter(&Policy::Fair, 1.0);
+        let mut s = StrideState::enter(&Policy::Fair, &GroupFacts::default(), 0, 1.0);
         s.charge(&Policy::Fair, Q * 3, Q);
         assert_eq!(s.priority, 1e4);
         assert!((s.pass - (1.0 + 3.0 / 1e4)).abs() < 1e-12);

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::group::{GroupSched, ResourceGroup};
-use crate::policy::{Policy, StrideState};
+use crate::policy::{Policy, RankContext, Rng, StrideState};
 use crate::task::QueryError;
 
 pub(crate) struct Entry {
@@ -43,6 +43,10 @@ pub(crate) struct RunQueue {
     /// Smallest pass among the active groups when the queue last changed:
     /// the pass a newly arriving group starts with.
     virtual_time: f64,
+    /// Admission counter: the `arrival` of the next group.
+    arrivals: u64,
+    /// Random stream of randomized policies (lottery).
+    rng: Rng,
 }
 
 /// A task the FIFO policy picked for a worker.
@@ -70,17 +74,32 @@ impl RunQueue {
             policy,
             t_max,
             virtual_time: 0.0,
+            arrivals: 0,
+            rng: Rng::new(0x5EED),
         }
+    }
+
+    /// Replaces the policy; groups keep their state and are ranked by the
+    /// new policy from the next decision on.
+    pub(crate) fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+    }
+
+    pub(crate) fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     pub(crate) fn push(&mut self, group: Arc<ResourceGroup>) {
         if let Some(min) = self.entries.iter().map(|e| e.stride.pass).reduce(f64::min) {
             self.virtual_time = self.virtual_time.max(min);
         }
+        let stride =
+            StrideState::enter(&self.policy, &group.facts, self.arrivals, self.virtual_time);
+        self.arrivals += 1;
         self.entries.push_back(Entry {
             group,
             sched: GroupSched::default(),
-            stride: StrideState::enter(&self.policy, self.virtual_time),
+            stride,
         });
     }
 
@@ -89,12 +108,17 @@ impl RunQueue {
     }
 
     /// The policy's choice among the groups whose active task set can start a
-    /// task: FIFO takes the first in arrival order, the stride policies the
-    /// smallest pass (the earlier arrival on ties). A cancelled group found on
-    /// the way is failed; if none of its tasks runs, the caller completes it.
+    /// task: the smallest [`StrideState::rank`] (the earlier arrival on ties).
+    /// A cancelled group found on the way is failed; if none of its tasks
+    /// runs, the caller completes it.
     pub(crate) fn pick(&mut self) -> Option<Pick> {
         let policy = &self.policy;
-        // (index, pass) of the best runnable group so far.
+        let mut ctx = RankContext {
+            active_groups: self.entries.len(),
+            workers: 0,
+            rng: &mut self.rng,
+        };
+        // (index, rank) of the best runnable group so far.
         let mut best: Option<(usize, f64)> = None;
         for (i, entry) in self.entries.iter_mut().enumerate() {
             let s = &mut entry.sched;
@@ -120,12 +144,10 @@ impl RunQueue {
                 }
                 continue;
             }
+            let rank = entry.stride.rank(policy, &mut ctx);
             match best {
-                Some((_, pass)) if entry.stride.pass >= pass => {}
-                _ => best = Some((i, entry.stride.pass)),
-            }
-            if matches!(policy, Policy::Fifo) {
-                break;
+                Some((_, best_rank)) if rank >= best_rank => {}
+                _ => best = Some((i, rank)),
             }
         }
         let entry = &mut self.entries[best?.0];
@@ -187,6 +209,9 @@ impl RunQueue {
         }
         if s.error.is_none() && s.active + 1 < task_sets {
             s.active += 1;
+            entry
+                .stride
+                .task_set_activated(&self.policy, s.active, self.virtual_time);
             s.exhausted = false;
             s.finalizing = false;
             None

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::group::{QueryHandle, ResourceGroup};
 use crate::morsel::{AdaptiveMorsels, MorselPolicy};
-use crate::policy::Policy;
+use crate::policy::{GroupFacts, Policy};
 use crate::queue::RunQueue;
 use crate::task::{QueryError, TaskSetWork};
 use crate::worker;
@@ -98,10 +98,34 @@ impl Scheduler {
         self.shared.queue.lock().map(|q| q.len()).unwrap_or(0)
     }
 
+    /// The policy workers currently follow (it may differ from
+    /// `config().policy` after [`Scheduler::set_policy`]).
+    pub fn policy(&self) -> Policy {
+        let queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.policy().clone()
+    }
+
+    /// Switches the policy at run time (settings, self-tuning): from the next
+    /// scheduling decision on, every worker follows `policy`.
+    pub fn set_policy(&self, policy: Policy) {
+        let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.set_policy(policy);
+    }
+
     /// Submits a query as a resource group running `task_sets` in order.
     pub fn submit(&self, task_sets: Vec<Arc<dyn TaskSetWork>>) -> QueryHandle {
+        self.submit_with(task_sets, GroupFacts::default())
+    }
+
+    /// Submits a query with what is known about it (user priority, recorded
+    /// per-task-set costs).
+    pub fn submit_with(
+        &self,
+        task_sets: Vec<Arc<dyn TaskSetWork>>,
+        facts: GroupFacts,
+    ) -> QueryHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let group = Arc::new(ResourceGroup::new(id, task_sets));
+        let group = Arc::new(ResourceGroup::new(id, task_sets, facts));
         if group.task_sets.is_empty() {
             group.completion.complete(Ok(group.stats(None)));
             return QueryHandle { group };
