@@ -22,21 +22,49 @@
 //! * [`task`] — the contract between a task set and the scheduler;
 //! * [`group`] — resource-group state, completion and accounting;
 //! * [`morsel`] — adaptive morsel sizing (seed 001 §3.1);
-//! * [`policy`] — FIFO, fair and decaying-priority stride scheduling;
-//! * [`queue`] — the run queue the policy picks from;
-//! * [`worker`] — the worker loop, pinning and idling;
-//! * [`scheduler`] — the public handle: configuration, submission, shutdown.
+//! * [`policy`] — FIFO, fair, decaying-priority stride, lottery, SRPT,
+//!   IF-SRPT and THRESHOLD: per-group rank arithmetic;
+//!
+//! The lock-free scheduling core (seed 001 §2.3; proof sketch in the crate's
+//! README):
+//!
+//! * [`sync`] — the atomics facade (`std`, or loom under `--cfg loom`);
+//! * [`slots`] — the global slot array of tagged task-set pointers;
+//! * [`masks`] — per-worker change and return masks;
+//! * [`pins`] — the global state array and the finalization protocol
+//!   (markers, finalization counter);
+//! * [`admission`] — the wait queue in front of the slots;
+//! * [`idle`] — sleeping and waking idle workers;
+//! * `local` — a worker's thread-local view: activity mask, per-slot pass and
+//!   priority, virtual time;
+//! * [`worker`] — the worker loop: decisions, running tasks, finalization;
+//! * [`scheduler`] — the public handle: configuration, submission, shutdown;
+//! * [`overhead`] — measuring the cost of one scheduling decision;
+//! * [`sim`] — a simulator that runs the policy code with a virtual clock;
+//! * [`tuning`] — self-tuning of the decay parameters (seed 001 §4).
 
+pub mod admission;
 pub mod group;
+pub mod idle;
+mod local;
+pub mod masks;
 pub mod morsel;
+pub mod overhead;
+pub mod pins;
 pub mod policy;
-pub mod queue;
 pub mod scheduler;
+pub mod sim;
+pub mod slots;
+pub mod sync;
 pub mod task;
+pub mod tuning;
 pub mod worker;
 
 pub use group::{QueryHandle, QueryStats, ResourceGroupId};
 pub use morsel::{AdaptiveMorsels, MorselPolicy, MorselState};
-pub use policy::{DecayParams, GroupFacts, Policy, TaskSetEstimate};
+pub use overhead::{measure_decision_overhead, DecisionOverhead};
+pub use policy::{DecayParams, GroupFacts, Policy, TaskSetEstimate, ThresholdParams};
 pub use scheduler::{Scheduler, SchedulerConfig};
+pub use sim::{SimConfig, SimJob, SimResult, SimTaskSet};
 pub use task::{QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork};
+pub use tuning::{TrackedWorkload, Tracker, TuningConfig, TuningResult};

@@ -1,15 +1,23 @@
 //! The scheduler handle: configuration, worker startup, query submission and
-//! shutdown.
+//! shutdown. The shared state ([`Shared`]) is the lock-free core of seed 001
+//! §2.3: the slot array, the workers' pins and update masks, admission, and
+//! the idle protocol.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::group::{QueryHandle, ResourceGroup};
+use crate::admission::{Admission, Admit};
+use crate::group::{QueryHandle, ResourceGroup, TaskSetEntry};
+use crate::idle::Idle;
+use crate::masks::{MaskKind, UpdateMasks};
 use crate::morsel::{AdaptiveMorsels, MorselPolicy};
+use crate::overhead::DecisionLog;
+use crate::pins::Pins;
 use crate::policy::{GroupFacts, Policy};
-use crate::queue::RunQueue;
+use crate::slots::SlotArray;
+use crate::sync::{lock, AtomicU64, Mutex, Ordering};
 use crate::task::{QueryError, TaskSetWork};
 use crate::worker;
 
@@ -26,6 +34,9 @@ pub struct SchedulerConfig {
     pub morsels: MorselPolicy,
     /// Which runnable resource group a worker serves next.
     pub policy: Policy,
+    /// Number of slots: resource groups scheduled at once (seed 001 §2.3:
+    /// 128). Further groups wait in admission's queue.
+    pub slots: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -36,6 +47,7 @@ impl Default for SchedulerConfig {
             t_max: Duration::from_millis(2),
             morsels: MorselPolicy::Adaptive(AdaptiveMorsels::default()),
             policy: Policy::default(),
+            slots: 128,
         }
     }
 }
@@ -43,35 +55,76 @@ impl Default for SchedulerConfig {
 /// State shared by the scheduler handle and its workers.
 pub(crate) struct Shared {
     pub(crate) config: SchedulerConfig,
-    pub(crate) queue: Mutex<RunQueue>,
-    /// Signalled (under `queue`) when a group arrives or a task set becomes
-    /// runnable, and on shutdown.
-    pub(crate) work_available: Condvar,
-    /// Set once by [`Scheduler::drop`]; workers read it under `queue`, so the
-    /// mutex orders it — Relaxed suffices.
-    pub(crate) shutdown: AtomicBool,
+    /// The global slot array: active task set per bound group.
+    pub(crate) slots: SlotArray<TaskSetEntry>,
+    /// The global state array (one pin per worker).
+    pub(crate) pins: Pins<TaskSetEntry>,
+    /// Change and return masks of every worker.
+    pub(crate) masks: UpdateMasks,
+    /// Wait queue and free slots.
+    pub(crate) admission: Admission<Arc<ResourceGroup>>,
+    /// Sleeping and waking idle workers; the shutdown flag.
+    pub(crate) idle: Idle,
+    /// The current policy; read by a worker when `policy_epoch` changed.
+    pub(crate) policy: Mutex<Policy>,
+    /// Incremented (Release, under `policy`) by every `set_policy`; workers
+    /// load it (Acquire) before each decision and re-read `policy` when it
+    /// differs from the epoch they last read.
+    pub(crate) policy_epoch: AtomicU64,
+    /// Decision measurement ([`crate::overhead`]); `None` normally.
+    pub(crate) measure: Option<Arc<DecisionLog>>,
+}
+
+impl Shared {
+    /// Installs the first task set of `group` into `slot`, which the caller
+    /// owns (from admission), and tells every worker (change mask, wake).
+    fn bind(&self, slot: usize, group: Arc<ResourceGroup>, arrival: u64) {
+        self.slots
+            .install(slot, Box::new(TaskSetEntry::new(group, 0, slot, arrival)));
+        self.masks.push(MaskKind::Change, slot);
+        self.idle.wake();
+    }
+
+    /// The finalizer of a group's last task set gives up the group's slot:
+    /// clears it, then hands it to the oldest waiting group or frees it.
+    pub(crate) fn release_slot(&self, slot: usize) {
+        self.slots.clear(slot);
+        if let Some((group, arrival)) = self.admission.release(slot) {
+            self.bind(slot, group, arrival);
+        }
+    }
 }
 
 /// A pool of workers running resource groups.
 pub struct Scheduler {
     shared: Arc<Shared>,
-    next_id: AtomicU64,
+    next_id: StdAtomicU64,
     workers: Vec<JoinHandle<()>>,
 }
 
 impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Self {
+        Scheduler::start(config, None)
+    }
+
+    /// Starts the workers; `measure` turns decision timing on.
+    pub(crate) fn start(config: SchedulerConfig, measure: Option<Arc<DecisionLog>>) -> Self {
         let mut config = config;
         config.workers = config.workers.max(1);
+        config.slots = config.slots.max(1);
         if let MorselPolicy::Fixed(n) = &mut config.morsels {
             *n = (*n).max(1);
         }
-        let queue = RunQueue::new(config.policy.clone(), config.t_max);
         let shared = Arc::new(Shared {
+            slots: SlotArray::new(config.slots),
+            pins: Pins::new(config.workers),
+            masks: UpdateMasks::new(config.workers, config.slots),
+            admission: Admission::new(config.slots),
+            idle: Idle::default(),
+            policy: Mutex::new(config.policy.clone()),
+            policy_epoch: AtomicU64::new(0),
+            measure,
             config,
-            queue: Mutex::new(queue),
-            work_available: Condvar::new(),
-            shutdown: AtomicBool::new(false),
         });
         let workers = (0..shared.config.workers)
             .map(|index| {
@@ -84,7 +137,7 @@ impl Scheduler {
             .collect();
         Scheduler {
             shared,
-            next_id: AtomicU64::new(1),
+            next_id: StdAtomicU64::new(1),
             workers,
         }
     }
@@ -93,23 +146,25 @@ impl Scheduler {
         &self.shared.config
     }
 
-    /// Number of resource groups admitted and not yet completed.
+    /// Number of resource groups admitted and not yet completed: those bound
+    /// to slots plus those in the wait queue.
     pub fn active_groups(&self) -> usize {
-        self.shared.queue.lock().map(|q| q.len()).unwrap_or(0)
+        self.shared.admission.active()
     }
 
     /// The policy workers currently follow (it may differ from
     /// `config().policy` after [`Scheduler::set_policy`]).
     pub fn policy(&self) -> Policy {
-        let queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.policy().clone()
+        lock(&self.shared.policy).clone()
     }
 
-    /// Switches the policy at run time (settings, self-tuning): from the next
-    /// scheduling decision on, every worker follows `policy`.
+    /// Switches the policy at run time (settings, self-tuning): every worker
+    /// follows `policy` from its next scheduling decision on; groups keep
+    /// their passes and priorities.
     pub fn set_policy(&self, policy: Policy) {
-        let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.set_policy(policy);
+        let mut current = lock(&self.shared.policy);
+        *current = policy;
+        self.shared.policy_epoch.fetch_add(1, Ordering::Release);
     }
 
     /// Submits a query as a resource group running `task_sets` in order.
@@ -124,18 +179,22 @@ impl Scheduler {
         task_sets: Vec<Arc<dyn TaskSetWork>>,
         facts: GroupFacts,
     ) -> QueryHandle {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let group = Arc::new(ResourceGroup::new(id, task_sets, facts));
         if group.task_sets.is_empty() {
-            group.completion.complete(Ok(group.stats(None)));
+            group.completion.complete(Ok(group.stats()));
             return QueryHandle { group };
         }
-        let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        if self.shared.shutdown.load(Ordering::Relaxed) {
-            group.completion.complete(Err(QueryError::Shutdown));
-        } else {
-            queue.push(group.clone());
-            self.shared.work_available.notify_all();
+        match self.shared.admission.admit(group.clone()) {
+            Admit::Slot {
+                group,
+                slot,
+                arrival,
+            } => self.shared.bind(slot, group, arrival),
+            Admit::Queued => {}
+            Admit::Closed(group) => group.completion.complete(Err(QueryError::Shutdown)),
         }
         QueryHandle { group }
     }
@@ -151,17 +210,29 @@ impl Scheduler {
 
 impl Drop for Scheduler {
     fn drop(&mut self) {
-        let pending = {
-            let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-            self.shared.shutdown.store(true, Ordering::Relaxed);
-            self.shared.work_available.notify_all();
-            queue.drain()
-        };
-        for group in pending {
+        let waiting = self.shared.admission.close();
+        self.shared.idle.shut_down();
+        for group in waiting {
             group.completion.complete(Err(QueryError::Shutdown));
         }
         for handle in self.workers.drain(..) {
             let _ = handle.join();
+        }
+        // Every worker has stopped, and each stopped between decisions, with
+        // nothing pinned: the slots' entries are ours alone.
+        for k in 0..self.shared.slots.len() {
+            if let Some(entry) = self.shared.slots.clear(k) {
+                // SAFETY: the entry came from `install`, was just removed
+                // from its slot, and no worker is left to dereference it.
+                unsafe {
+                    entry
+                        .as_ref()
+                        .group
+                        .completion
+                        .complete(Err(QueryError::Shutdown));
+                    SlotArray::reclaim(entry);
+                }
+            }
         }
     }
 }

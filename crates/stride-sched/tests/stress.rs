@@ -112,13 +112,47 @@ fn config(workers: usize, morsel_rows: usize) -> SchedulerConfig {
         t_max: Duration::from_micros(50),
         morsels: MorselPolicy::Fixed(morsel_rows),
         policy: Policy::Fifo,
+        slots: 128,
     }
 }
 
 #[test]
 fn thousands_of_groups_every_task_once_every_set_finalized_once() {
     let _serial = serial();
-    let scheduler = Arc::new(Scheduler::new(config(4, 3)));
+    many_groups_from_four_submitters(config(4, 3));
+}
+
+/// Four slots for 2000 groups: most groups pass through the wait queue, and
+/// slots are reused hundreds of times each.
+#[test]
+fn more_groups_than_slots_all_pass_through_the_wait_queue() {
+    let _serial = serial();
+    many_groups_from_four_submitters(SchedulerConfig {
+        slots: 4,
+        policy: Policy::Fair,
+        ..config(3, 2)
+    });
+    // One slot, one worker: strictly one group at a time.
+    many_groups_from_four_submitters(SchedulerConfig {
+        slots: 1,
+        ..config(1, 5)
+    });
+}
+
+/// Slot counts that are not a multiple of 64 (several mask words, a partial
+/// last word) with more workers than cores.
+#[test]
+fn many_slots_over_several_mask_words() {
+    let _serial = serial();
+    many_groups_from_four_submitters(SchedulerConfig {
+        slots: 130,
+        policy: Policy::parse("stride").unwrap(),
+        ..config(5, 2)
+    });
+}
+
+fn many_groups_from_four_submitters(config: SchedulerConfig) {
+    let scheduler = Arc::new(Scheduler::new(config));
     let all_sets: Arc<Mutex<Vec<Arc<CountingSet>>>> = Arc::default();
     let submitters: Vec<_> = (0..4u64)
         .map(|t| {
@@ -343,6 +377,7 @@ fn long_tasks_while_short_runs(policy: Policy) -> usize {
         t_max: Duration::from_micros(300),
         morsels: MorselPolicy::Fixed(1),
         policy,
+        slots: 128,
     });
     let log = Arc::new(Mutex::new(Vec::new()));
     let long = scheduler.submit(vec![Logged::task_set(0, 200, true, &log)]);
@@ -394,6 +429,7 @@ fn stride_finishes_the_shorter_of_two_simultaneous_queries_first() {
             t_max: Duration::from_micros(300),
             morsels: MorselPolicy::Fixed(1),
             policy: policy.clone(),
+            slots: 128,
         });
         let log = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(AtomicBool::new(false));
@@ -410,4 +446,104 @@ fn stride_finishes_the_shorter_of_two_simultaneous_queries_first() {
         let last_long = log.iter().rposition(|&g| g == 0).unwrap();
         assert!(last_short < last_long, "{}: {log:?}", policy.name());
     }
+}
+
+/// A waiting group that is cancelled completes as cancelled once it gets a
+/// slot, without running; groups behind it are admitted as usual.
+#[test]
+fn cancelled_groups_in_the_wait_queue_complete_and_free_their_slot() {
+    let _serial = serial();
+    let scheduler = Scheduler::new(SchedulerConfig {
+        slots: 1,
+        ..config(2, 1)
+    });
+    let gate = Arc::new(AtomicBool::new(false));
+    let g = scheduler.submit(vec![Arc::new(Gate(gate.clone()))]);
+    let cancelled = CountingSet::new(10, None);
+    let waiting = scheduler.submit(vec![cancelled.clone()]);
+    let after = CountingSet::new(10, None);
+    let h_after = scheduler.submit(vec![after.clone()]);
+    assert_eq!(scheduler.active_groups(), 3);
+    waiting.cancel();
+    gate.store(true, Ordering::Release);
+    g.wait().unwrap();
+    assert!(matches!(waiting.wait(), Err(QueryError::Cancelled)));
+    h_after.wait().unwrap();
+    assert!(cancelled
+        .runs
+        .iter()
+        .all(|r| r.load(Ordering::Relaxed) == 0));
+    assert_eq!(cancelled.finalized.load(Ordering::SeqCst), 0);
+    assert_eq!(after.finalized.load(Ordering::SeqCst), 1);
+    assert_eq!(scheduler.active_groups(), 0);
+}
+
+/// Dropping the scheduler completes running and waiting groups with
+/// `Shutdown`, and later submissions too.
+#[test]
+fn shutdown_completes_bound_and_waiting_groups() {
+    let _serial = serial();
+    let scheduler = Scheduler::new(SchedulerConfig {
+        slots: 2,
+        ..config(2, 1)
+    });
+    let handles: Vec<_> = (0..5)
+        .map(|_| {
+            scheduler.submit(vec![Arc::new(Endless {
+                tasks: AtomicUsize::new(0),
+            })])
+        })
+        .collect();
+    assert_eq!(scheduler.active_groups(), 5);
+    drop(scheduler);
+    for h in handles {
+        assert!(matches!(h.wait(), Err(QueryError::Shutdown)));
+    }
+}
+
+/// Workers that went to sleep (nothing to run) wake for every new group and
+/// for every next task set of a group.
+#[test]
+fn idle_workers_wake_for_new_groups_and_next_task_sets() {
+    let _serial = serial();
+    let scheduler = Scheduler::new(config(3, 1));
+    for round in 0..200 {
+        if round % 50 == 0 {
+            // Let every worker fall asleep.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let first = CountingSet::new(round % 3, None);
+        let second = CountingSet::new(2, Some(first.clone()));
+        scheduler
+            .run(vec![first.clone(), second.clone()])
+            .expect("completes");
+        assert_eq!(second.finalized.load(Ordering::SeqCst), 1);
+        assert!(!second.order_violation.load(Ordering::SeqCst));
+    }
+    assert_eq!(scheduler.active_groups(), 0);
+}
+
+/// `set_policy` reaches every worker: after switching from FIFO to fair, a
+/// second group is served before the first (endless) one finishes.
+#[test]
+fn set_policy_reaches_the_workers() {
+    let _serial = serial();
+    let scheduler = Scheduler::new(SchedulerConfig {
+        t_max: Duration::from_micros(200),
+        ..config(1, 1)
+    });
+    let endless = Arc::new(Endless {
+        tasks: AtomicUsize::new(0),
+    });
+    let first = scheduler.submit(vec![endless.clone()]);
+    let second = CountingSet::new(5, None);
+    let h_second = scheduler.submit(vec![second.clone()]);
+    std::thread::sleep(Duration::from_millis(20));
+    // FIFO: the endless first group holds the only worker.
+    assert_eq!(second.finalized.load(Ordering::SeqCst), 0);
+    scheduler.set_policy(Policy::Fair);
+    assert_eq!(scheduler.policy(), Policy::Fair);
+    h_second.wait().expect("served under the fair policy");
+    first.cancel();
+    assert!(matches!(first.wait(), Err(QueryError::Cancelled)));
 }
