@@ -1,0 +1,316 @@
+//! Model checks of the lock-free core with loom (seed 001 §2.3).
+//!
+//! Compiled only with `--cfg loom`:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" cargo test -p stride-sched --test loom --release
+//! ```
+//!
+//! The models drive the crate's own `UpdateMasks`, `SlotArray`, `Pins` and
+//! `Admission` (their atomics and mutexes come from `stride_sched::sync`,
+//! i.e. loom's under this cfg). "Tasks" write to loom `UnsafeCell`s and the
+//! finalizer reads them and marks the entry freed through another cell, so
+//! loom reports any finalization that does not happen after every task, and
+//! any access to an entry that does not happen before its reclamation.
+#![cfg(loom)]
+
+use std::collections::BTreeSet;
+use std::ptr::NonNull;
+
+use loom::cell::UnsafeCell;
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+
+use stride_sched::admission::{Admission, Admit};
+use stride_sched::masks::{MaskKind, UpdateMasks};
+use stride_sched::pins::{Coordination, Finalizable, Pins};
+use stride_sched::slots::{SlotArray, SlotRead};
+use stride_sched::sync::{AtomicI64, AtomicUsize, Ordering};
+
+fn model(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(preemptions);
+    builder.check(f);
+}
+
+// (a) ------------------------------------------------------------------
+
+#[test]
+fn mask_push_and_pull_lose_no_bit() {
+    model(3, || {
+        let masks = Arc::new(UpdateMasks::new(1, 128));
+        let pushers: Vec<_> = [
+            vec![(MaskKind::Change, 3), (MaskKind::Return, 70)],
+            vec![(MaskKind::Change, 64), (MaskKind::Change, 3)],
+        ]
+        .into_iter()
+        .map(|pushes| {
+            let masks = masks.clone();
+            thread::spawn(move || {
+                for (kind, slot) in pushes {
+                    masks.push(kind, slot);
+                }
+            })
+        })
+        .collect();
+        // The owning worker pulls while the pushes happen ...
+        let mut seen = Vec::new();
+        masks.pull(0, |kind, slot| seen.push((kind, slot)));
+        for p in pushers {
+            p.join().unwrap();
+        }
+        // ... and once more after them: every bit arrives, none twice
+        // (slot 3's two change pushes may merge into one bit).
+        masks.pull(0, |kind, slot| seen.push((kind, slot)));
+        let distinct: BTreeSet<_> = seen
+            .iter()
+            .map(|&(k, s)| (k == MaskKind::Change, s))
+            .collect();
+        assert_eq!(
+            distinct,
+            BTreeSet::from([(true, 3), (true, 64), (false, 70)])
+        );
+        assert!(seen.len() <= 4);
+        assert!(!masks.pull(0, |_, _| {}));
+    });
+}
+
+// (b) ------------------------------------------------------------------
+
+/// A task-set entry of the models: `items` work items; one cell per worker
+/// written by its tasks; `freed` written once by the finalizer.
+struct Entry {
+    fin: AtomicI64,
+    /// Index of the task set in the group.
+    index: usize,
+    cursor: AtomicUsize,
+    items: usize,
+    task_writes: Vec<UnsafeCell<usize>>,
+    freed: UnsafeCell<bool>,
+}
+
+impl Entry {
+    fn new(index: usize, items: usize, workers: usize) -> Self {
+        Entry {
+            fin: AtomicI64::new(0),
+            index,
+            cursor: AtomicUsize::new(0),
+            items,
+            task_writes: (0..workers).map(|_| UnsafeCell::new(0)).collect(),
+            freed: UnsafeCell::new(false),
+        }
+    }
+
+    /// Any dereference by a worker: must happen before the reclamation.
+    fn touch(&self) {
+        // SAFETY: loom checks this read against the finalizer's write.
+        self.freed
+            .with(|f| assert!(!unsafe { *f }, "use after free"));
+    }
+}
+
+impl Finalizable for Entry {
+    fn finalization_counter(&self) -> &AtomicI64 {
+        &self.fin
+    }
+}
+
+/// One resource group in slot 0, with task sets of `items[i]` items each.
+struct Group {
+    slots: SlotArray<Entry>,
+    pins: Pins<Entry>,
+    items: Vec<usize>,
+    workers: usize,
+    /// Per finalization: (task set index, items the finalizer saw processed).
+    finalized: Mutex<Vec<(usize, usize)>>,
+    /// Finalized entries; really freed after the model's threads joined.
+    retired: Mutex<Vec<usize>>,
+}
+
+impl Group {
+    /// The finalizer of `q`: reads every task's writes, "frees" the entry,
+    /// and installs the next task set into the same slot or clears it.
+    fn finalize(&self, q: NonNull<Entry>) {
+        // SAFETY: the caller is `q`'s finalizer; `q` is freed after the model.
+        let e = unsafe { q.as_ref() };
+        let seen: usize = e
+            .task_writes
+            .iter()
+            // SAFETY: loom checks these reads against the tasks' writes.
+            .map(|c| c.with(|v| unsafe { *v }))
+            .sum();
+        // SAFETY: loom checks this write against every worker's `touch`.
+        e.freed.with_mut(|f| unsafe { *f = true });
+        self.finalized.lock().unwrap().push((e.index, seen));
+        if e.index + 1 < self.items.len() {
+            let next = Entry::new(e.index + 1, self.items[e.index + 1], self.workers);
+            self.slots.install(0, Box::new(next));
+        } else {
+            self.slots.clear(0);
+        }
+        self.retired.lock().unwrap().push(q.as_ptr() as usize);
+    }
+
+    /// A worker: picks slot 0 until the group left it (with one task set:
+    /// until the set is exhausted, so that no worker spins on a finalizer
+    /// that loom has descheduled). Returns the number of items it processed.
+    fn work(&self, w: usize) -> usize {
+        let mut processed = 0;
+        loop {
+            let read = self.pins.pin(w, &self.slots, 0);
+            let empty = match read {
+                SlotRead::Empty => true,
+                SlotRead::Exhausted => self.items.len() == 1,
+                SlotRead::Active(_) => false,
+            };
+            if let SlotRead::Active(p) = read {
+                // SAFETY: pinned and read untagged (the protocol under test).
+                let e = unsafe { p.as_ref() };
+                e.touch();
+                if e.cursor.fetch_add(1, Ordering::Relaxed) < e.items {
+                    // SAFETY: only worker `w` writes its cell; loom checks
+                    // the write against the finalizer's reads.
+                    e.task_writes[w].with_mut(|v| unsafe { *v += 1 });
+                    processed += 1;
+                } else if let Coordination::Finalize(q) = self.pins.coordinate(&self.slots, 0, p) {
+                    self.finalize(q);
+                }
+            }
+            if let Some(q) = self.pins.unpin(w) {
+                self.finalize(q);
+            }
+            if empty {
+                return processed;
+            }
+            thread::yield_now();
+        }
+    }
+}
+
+fn finalization_model(workers: usize, items: &[usize]) {
+    let group = Arc::new(Group {
+        slots: SlotArray::new(1),
+        pins: Pins::new(workers),
+        items: items.to_vec(),
+        workers,
+        finalized: Mutex::new(Vec::new()),
+        retired: Mutex::new(Vec::new()),
+    });
+    group
+        .slots
+        .install(0, Box::new(Entry::new(0, items[0], workers)));
+    let handles: Vec<_> = (1..workers)
+        .map(|w| {
+            let group = group.clone();
+            thread::spawn(move || group.work(w))
+        })
+        .collect();
+    let mut processed = group.work(0);
+    for h in handles {
+        processed += h.join().unwrap();
+    }
+    assert_eq!(processed, items.iter().sum::<usize>(), "every item once");
+    let expected: Vec<(usize, usize)> = items.iter().copied().enumerate().collect();
+    assert_eq!(
+        *group.finalized.lock().unwrap(),
+        expected,
+        "each task set finalized once, in order, after all its tasks"
+    );
+    for p in group.retired.lock().unwrap().drain(..) {
+        // SAFETY: all threads joined; every retired entry left the slot.
+        unsafe { SlotArray::reclaim(NonNull::new(p as *mut Entry).unwrap()) };
+    }
+}
+
+#[test]
+fn finalization_runs_once_after_all_tasks_two_workers() {
+    model(4, || finalization_model(2, &[2]));
+}
+
+#[test]
+fn finalization_runs_once_after_all_tasks_three_workers() {
+    model(3, || finalization_model(3, &[1]));
+}
+
+/// Two task sets in the same slot: a worker may pin slot 0, stall, and be
+/// counted by the coordinator of the *next* entry; it must deregister at
+/// that entry (the marker names it), and the previous one must not be
+/// touched after its finalization.
+#[test]
+fn slot_reuse_by_the_next_task_set_with_stale_pins() {
+    model(3, || finalization_model(2, &[0, 1]));
+}
+
+// (c) ------------------------------------------------------------------
+
+/// Binds `group` to `slot` (owned by the caller): install, change mask.
+fn bind(slots: &SlotArray<u64>, masks: &UpdateMasks, slot: usize, group: u64) {
+    slots.install(slot, Box::new(group));
+    masks.push(MaskKind::Change, slot);
+}
+
+/// The finalizer of slot 0's group gives the slot up: clear, then hand it to
+/// the oldest waiting group (or free it).
+fn release(slots: &SlotArray<u64>, masks: &UpdateMasks, adm: &Admission<u64>) {
+    let old = slots.clear(0).expect("the slot was bound");
+    // SAFETY: the releasing thread owns the slot and its entry.
+    unsafe { SlotArray::reclaim(old) };
+    if let Some((group, _)) = adm.release(0) {
+        bind(slots, masks, 0, group);
+    }
+}
+
+/// Slot 0 is bound to group 1, whose finalizer releases the slot while
+/// groups 2 and 3 arrive: one of them takes the slot (installing its entry
+/// and pushing the change bit), the other waits and takes the slot at the
+/// next release. No group is lost, no slot stays free while a group waits,
+/// and the worker's masks announce the slot.
+#[test]
+fn slot_reuse_and_wait_queue_admission_lose_no_group() {
+    model(3, || {
+        let slots = Arc::new(SlotArray::<u64>::new(1));
+        let masks = Arc::new(UpdateMasks::new(1, 1));
+        let admission = Arc::new(Admission::<u64>::new(1));
+        match admission.admit(1) {
+            Admit::Slot { group, slot, .. } => bind(&slots, &masks, slot, group),
+            _ => unreachable!("one free slot"),
+        }
+        assert!(masks.pull(0, |_, _| {}));
+        let finalizer = {
+            let (slots, masks, admission) = (slots.clone(), masks.clone(), admission.clone());
+            thread::spawn(move || release(&slots, &masks, &admission))
+        };
+        let submitter = {
+            let (slots, masks, admission) = (slots.clone(), masks.clone(), admission.clone());
+            thread::spawn(move || {
+                if let Admit::Slot { group, slot, .. } = admission.admit(2) {
+                    bind(&slots, &masks, slot, group);
+                }
+            })
+        };
+        if let Admit::Slot { group, slot, .. } = admission.admit(3) {
+            bind(&slots, &masks, slot, group);
+        }
+        finalizer.join().unwrap();
+        submitter.join().unwrap();
+        assert_eq!(admission.active(), 2);
+        assert_eq!(admission.waiting(), 1);
+        let first = match slots.read(0) {
+            SlotRead::Active(p) => unsafe { *p.as_ref() },
+            _ => panic!("a waiting group while the slot is free"),
+        };
+        assert!(first == 2 || first == 3);
+        assert!(masks.pull(0, |_, _| {}), "the change bit for the new group");
+        release(&slots, &masks, &admission);
+        let second = match slots.read(0) {
+            SlotRead::Active(p) => unsafe { *p.as_ref() },
+            _ => panic!("the waiting group was lost"),
+        };
+        assert_eq!(first + second, 5);
+        assert_eq!(admission.waiting(), 0);
+        let last = slots.clear(0).unwrap();
+        unsafe { SlotArray::reclaim(last) };
+        assert_eq!(admission.release(0), None);
+        assert_eq!(admission.active(), 0);
+    });
+}
