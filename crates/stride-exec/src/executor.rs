@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
-use stride_sched::{QueryError, QueryStats, Scheduler, TaskSetWork};
+use stride_sched::{Canceller, GroupFacts, QueryError, QueryStats, Scheduler, TaskSetWork};
 
 use crate::buffer::Buffer;
 use crate::error::{ExecError, Result};
@@ -33,6 +33,19 @@ pub fn execute(
     schema: SchemaRef,
     scheduler: &Scheduler,
 ) -> Result<ExecOutput> {
+    execute_with(plan, schema, scheduler, GroupFacts::default(), &mut |_| {})
+}
+
+/// As [`execute`], with what is known about the query, and a callback that
+/// receives a [`Canceller`] once the query is submitted and `None` when it
+/// completed (so that another thread can cancel it meanwhile).
+pub fn execute_with(
+    plan: &PhysicalPlan,
+    schema: SchemaRef,
+    scheduler: &Scheduler,
+    facts: GroupFacts,
+    on_running: &mut dyn FnMut(Option<Canceller>),
+) -> Result<ExecOutput> {
     let result = Arc::new(Buffer::new());
     let pipelines = compile(plan, scheduler.config().workers, result.clone())?;
     let count = pipelines.len();
@@ -40,7 +53,11 @@ pub fn execute(
         .into_iter()
         .map(|p| Arc::new(p) as Arc<dyn TaskSetWork>)
         .collect();
-    let stats = scheduler.run(task_sets).map_err(unwrap_query_error)?;
+    let handle = scheduler.submit_with(task_sets, facts);
+    on_running(Some(handle.canceller()));
+    let outcome = handle.wait();
+    on_running(None);
+    let stats = outcome.map_err(unwrap_query_error)?;
     let batches = result
         .take()
         .into_iter()

@@ -30,9 +30,9 @@ pub mod plan;
 pub mod source;
 
 pub use error::{ExecError, Result};
-pub use executor::{execute, ExecOutput};
+pub use executor::{execute, execute_with, ExecOutput};
 pub use plan::PhysicalPlan;
-pub use stride_sched::QueryStats;
+pub use stride_sched::{Canceller, QueryStats};
 
 use std::sync::Arc;
 

@@ -44,6 +44,7 @@
 //! * [`tuning`] — self-tuning of the decay parameters (seed 001 §4).
 
 pub mod admission;
+pub mod cancel;
 pub mod group;
 pub mod idle;
 mod local;
@@ -60,6 +61,7 @@ pub mod task;
 pub mod tuning;
 pub mod worker;
 
+pub use cancel::Canceller;
 pub use group::{QueryHandle, QueryStats, ResourceGroupId};
 pub use morsel::{AdaptiveMorsels, MorselPolicy, MorselState};
 pub use overhead::{measure_decision_overhead, DecisionOverhead};

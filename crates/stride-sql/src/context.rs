@@ -90,6 +90,8 @@ pub struct PlannerContext<'a> {
     pub functions: &'a FunctionRegistry,
     pub default_schema: &'a str,
     pub options: &'a ConfigOptions,
+    /// Builds the system views of schema `stride` (a snapshot per statement).
+    pub system: &'a dyn Fn(&str) -> crate::error::Result<Option<stride_storage::Table>>,
 }
 
 impl PlannerContext<'_> {
@@ -109,6 +111,14 @@ impl ContextProvider for PlannerContext<'_> {
         name: TableReference,
     ) -> datafusion_common::Result<Arc<dyn TableSource>> {
         let (schema, table) = self.resolve(&name);
+        if schema == crate::activity::SYSTEM_SCHEMA && !self.catalog.schema_exists(&schema) {
+            let view = (self.system)(&table).map_err(|e| DataFusionError::External(Box::new(e)))?;
+            if let Some(view) = view {
+                return Ok(Arc::new(StrideTableSource {
+                    table: Arc::new(view),
+                }));
+            }
+        }
         let table = self
             .catalog
             .table(&schema, &table)

@@ -11,11 +11,13 @@
 //! Every query (and every scalar subquery) is its own resource group on the
 //! engine's scheduler; the session's thread waits for it, the workers never do.
 
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::config::ConfigOptions;
 use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_common::{DataFusionError, ScalarValue, SchemaReference};
@@ -30,9 +32,11 @@ use stride_sched::{Scheduler, SchedulerConfig};
 use stride_storage::catalog::DEFAULT_SCHEMA;
 use stride_storage::{Catalog, Table};
 
+use crate::activity::{QueryLog, QueryOrigin};
 use crate::context::{FunctionRegistry, PlannerContext};
 use crate::error::{Result, SqlError};
 use crate::lower::Lowerer;
+use crate::settings::SessionSettings;
 
 /// Engine settings.
 #[derive(Debug, Clone, Default)]
@@ -46,6 +50,11 @@ pub struct Engine {
     scheduler: Scheduler,
     functions: FunctionRegistry,
     options: ConfigOptions,
+    log: QueryLog,
+    /// Source of session ids; Relaxed: ids only need to be unique.
+    next_session: AtomicU64,
+    /// The schema new sessions resolve unqualified names in.
+    default_schema: Mutex<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -95,7 +104,15 @@ impl Engine {
             scheduler: Scheduler::new(config.scheduler),
             functions: FunctionRegistry::default(),
             options,
+            log: QueryLog::default(),
+            next_session: AtomicU64::new(1),
+            default_schema: Mutex::new(DEFAULT_SCHEMA.to_string()),
         })
+    }
+
+    /// Active and recent queries (the `stride.queries` system view).
+    pub fn query_log(&self) -> &QueryLog {
+        &self.log
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {
@@ -106,10 +123,40 @@ impl Engine {
         &self.scheduler
     }
 
+    /// Makes `schema` the default schema of sessions opened from now on.
+    pub fn set_default_schema(&self, schema: &str) -> Result<()> {
+        if !self.catalog.schema_exists(schema) {
+            return Err(SqlError::Undefined(format!(
+                "schema \"{schema}\" does not exist"
+            )));
+        }
+        *self
+            .default_schema
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = schema.to_string();
+        Ok(())
+    }
+
+    /// A session of the default user.
     pub fn session(self: &Arc<Self>) -> Session {
+        self.session_for("stride")
+    }
+
+    /// A session of `user` (as named by a client; shown in `stride.queries`).
+    pub fn session_for(self: &Arc<Self>, user: &str) -> Session {
         Session {
             engine: self.clone(),
-            default_schema: DEFAULT_SCHEMA.to_string(),
+            default_schema: self
+                .default_schema
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            id: self.next_session.fetch_add(1, Ordering::Relaxed),
+            user: user.to_string(),
+            settings: SessionSettings::default(),
+            transaction: TransactionState::default(),
+            interrupt: Arc::new(Interrupt::default()),
+            statement_stats: RefCell::new(None),
         }
     }
 
@@ -147,6 +194,90 @@ impl Engine {
 pub struct Session {
     engine: Arc<Engine>,
     default_schema: String,
+    /// Unique per engine; shown in `stride.queries`.
+    id: u64,
+    user: String,
+    settings: SessionSettings,
+    transaction: TransactionState,
+    interrupt: Arc<Interrupt>,
+    /// Scheduler accounting summed over the queries of the running statement
+    /// (a statement may run scalar subqueries first).
+    statement_stats: RefCell<Option<QueryStats>>,
+}
+
+/// `BEGIN` … `COMMIT` bookkeeping. Stride runs every statement atomically on
+/// its own (each query reads one immutable snapshot, each write replaces a
+/// table snapshot), so a transaction block groups nothing; it is accepted so
+/// that drivers which open one work, and a `ROLLBACK` that would have to undo
+/// a write is refused rather than pretending.
+#[derive(Debug, Default, Clone, Copy)]
+struct TransactionState {
+    open: bool,
+    wrote: bool,
+}
+
+/// Cancels a session's running statement from another thread (a client's
+/// CancelRequest, a disconnect).
+#[derive(Default)]
+pub struct Interrupt {
+    /// Set by [`Interrupt::cancel`], cleared when the next statement starts.
+    /// SeqCst pairs the store with the load after `running` is published.
+    requested: AtomicBool,
+    /// Cancels the query on the scheduler, when one is running.
+    running: Mutex<Option<stride_exec::Canceller>>,
+}
+
+impl Interrupt {
+    /// Cancels the statement running now (if any).
+    pub fn cancel(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        if let Some(c) = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            c.cancel();
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.requested.load(Ordering::SeqCst) {
+            Err(SqlError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A statement parsed and bound once, to be executed with parameter values
+/// (the extended query protocol's prepared statements).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    kind: PreparedKind,
+    /// Types of `$1..$n`; `None` where the statement does not determine one.
+    pub param_types: Vec<Option<DataType>>,
+    /// Columns of the rows the statement returns; `None` for commands.
+    pub schema: Option<SchemaRef>,
+    /// The statement's text (for the query log).
+    pub sql: String,
+}
+
+#[derive(Debug, Clone)]
+enum PreparedKind {
+    /// No statement at all (an empty query string).
+    Empty,
+    Show(String),
+    /// BEGIN (`Some(true)`), COMMIT (`Some(false)`) or ROLLBACK (`None`).
+    Transaction(Option<bool>),
+    Plan(LogicalPlan),
+}
+
+impl Prepared {
+    /// The query string held no statement.
+    pub fn is_empty(&self) -> bool {
+        matches!(self.kind, PreparedKind::Empty)
+    }
 }
 
 fn external(e: SqlError) -> DataFusionError {
@@ -203,16 +334,10 @@ impl Session {
                 // Planning runs on the session's thread; a panic in a planner
                 // library must fail this statement only.
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    self.execute_statement(stmt)
+                    let prepared = self.prepare_statement(stmt)?;
+                    self.execute_prepared(&prepared, Vec::new())
                 }))
-                .unwrap_or_else(|panic| {
-                    let msg = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
-                    Err(SqlError::Internal(format!("planning panicked: {msg}")))
-                })
+                .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))))
             });
             let failed = result.is_err();
             out.push(result);
@@ -238,17 +363,17 @@ impl Session {
         }
     }
 
-    fn planner_context(&self) -> PlannerContext<'_> {
-        PlannerContext {
-            catalog: &self.engine.catalog,
-            functions: &self.engine.functions,
-            default_schema: &self.default_schema,
-            options: &self.engine.options,
-        }
-    }
-
     fn to_logical(&self, stmt: DFStatement) -> Result<LogicalPlan> {
-        let ctx = self.planner_context();
+        let engine = &self.engine;
+        let system =
+            |name: &str| crate::activity::system_table(name, &engine.log, &engine.scheduler);
+        let ctx = PlannerContext {
+            catalog: &engine.catalog,
+            functions: &engine.functions,
+            default_schema: &self.default_schema,
+            options: &engine.options,
+            system: &system,
+        };
         let options = ParserOptions::default()
             .with_parse_float_as_decimal(true)
             .with_enable_ident_normalization(true);
@@ -268,7 +393,67 @@ impl Session {
         crate::join_order::reorder_joins(optimized)
     }
 
-    fn execute_statement(&mut self, stmt: DFStatement) -> Result<StatementOutput> {
+    /// Session id (unique per engine).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The session's settings.
+    pub fn settings(&self) -> &SessionSettings {
+        &self.settings
+    }
+
+    /// Whether a `BEGIN` block is open (reported to clients as the
+    /// transaction status).
+    pub fn in_transaction(&self) -> bool {
+        self.transaction.open
+    }
+
+    /// A handle that cancels this session's running statement from another
+    /// thread.
+    pub fn interrupt(&self) -> Arc<Interrupt> {
+        self.interrupt.clone()
+    }
+
+    /// Applies `SET name = value` (used for the settings a client sends when
+    /// it connects).
+    pub fn set_variable(&mut self, name: &str, value: &str) -> Result<()> {
+        self.set(&name.to_lowercase(), value).map(|_| ())
+    }
+
+    /// Parses and binds one statement without running it (the extended
+    /// protocol's Parse). `sql` holding more than one statement is an error.
+    pub fn prepare(&mut self, sql: &str) -> Result<Prepared> {
+        let mut statements = match DFParser::parse_sql(sql) {
+            Ok(s) => s,
+            Err(DataFusionError::SQL(p, _)) => return Err(SqlError::Syntax(p.to_string())),
+            Err(other) => return Err(SqlError::Syntax(other.to_string())),
+        };
+        match statements.len() {
+            0 => Ok(Prepared {
+                kind: PreparedKind::Empty,
+                param_types: Vec::new(),
+                schema: None,
+                sql: String::new(),
+            }),
+            1 => {
+                let stmt = statements
+                    .pop_front()
+                    .ok_or_else(|| SqlError::Internal("no statement".into()))?;
+                reject_unsupported_syntax(&stmt)?;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.prepare_statement(stmt)
+                }))
+                .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))))
+            }
+            _ => Err(SqlError::Syntax(
+                "cannot insert multiple commands into a prepared statement".into(),
+            )),
+        }
+    }
+
+    fn prepare_statement(&mut self, stmt: DFStatement) -> Result<Prepared> {
+        let sql = stmt.to_string();
         if let DFStatement::Statement(s) = &stmt {
             if let SqlStatement::ShowVariable { variable } = s.as_ref() {
                 let name = variable
@@ -276,14 +461,105 @@ impl Session {
                     .map(|i| i.value.to_lowercase())
                     .collect::<Vec<_>>()
                     .join(".");
-                return self.show(&name);
+                let schema = show_schema(&name);
+                return Ok(Prepared {
+                    kind: PreparedKind::Show(name),
+                    param_types: Vec::new(),
+                    schema: Some(schema),
+                    sql,
+                });
             }
         }
-        let start = Instant::now();
+        if let DFStatement::Statement(s) = &stmt {
+            let op = match s.as_ref() {
+                SqlStatement::StartTransaction { .. } => Some(Some(true)),
+                SqlStatement::Commit { .. } => Some(Some(false)),
+                SqlStatement::Rollback {
+                    savepoint: None, ..
+                } => Some(None),
+                _ => None,
+            };
+            if let Some(op) = op {
+                return Ok(Prepared {
+                    kind: PreparedKind::Transaction(op),
+                    param_types: Vec::new(),
+                    schema: None,
+                    sql,
+                });
+            }
+        }
         let plan = self.to_logical(stmt)?;
+        let mut types = plan.get_parameter_types()?;
+        let count = types
+            .keys()
+            .filter_map(|k| k.strip_prefix('$')?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        if types.len() > count {
+            return Err(SqlError::Unsupported(
+                "named parameters (only $1, $2, ... are supported)".into(),
+            ));
+        }
+        let param_types = (1..=count)
+            .map(|i| types.remove(&format!("${i}")).flatten())
+            .collect();
+        let schema = match &plan {
+            LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) => None,
+            LogicalPlan::Explain(_) => Some(Arc::new(Schema::new(vec![Field::new(
+                "QUERY PLAN",
+                DataType::Utf8,
+                false,
+            )]))),
+            query => Some(Arc::new(query.schema().as_arrow().clone())),
+        };
+        Ok(Prepared {
+            kind: PreparedKind::Plan(plan),
+            param_types,
+            schema,
+            sql,
+        })
+    }
+
+    /// Runs a prepared statement with values for its parameters.
+    pub fn execute_prepared(
+        &mut self,
+        prepared: &Prepared,
+        params: Vec<ScalarValue>,
+    ) -> Result<StatementOutput> {
+        self.interrupt.requested.store(false, Ordering::SeqCst);
+        if params.len() != prepared.param_types.len() {
+            return Err(SqlError::Plan(format!(
+                "the statement has {} parameters, {} values were given",
+                prepared.param_types.len(),
+                params.len()
+            )));
+        }
+        match &prepared.kind {
+            PreparedKind::Empty => Ok(command("")),
+            PreparedKind::Show(name) => self.show(name),
+            PreparedKind::Transaction(op) => self.transaction(*op),
+            PreparedKind::Plan(plan) => {
+                let plan = if params.is_empty() {
+                    plan.clone()
+                } else {
+                    plan.clone().with_param_values(params)?
+                };
+                self.dispatch(plan, &prepared.sql)
+            }
+        }
+    }
+
+    fn dispatch(&mut self, plan: LogicalPlan, sql: &str) -> Result<StatementOutput> {
+        let start = Instant::now();
         match plan {
-            LogicalPlan::Ddl(ddl) => self.ddl(ddl),
-            LogicalPlan::Dml(dml) => self.dml(dml),
+            LogicalPlan::Ddl(ddl) => {
+                self.transaction.wrote |= self.transaction.open;
+                self.logged(sql, |s| s.ddl(ddl))
+            }
+            LogicalPlan::Dml(dml) => {
+                self.transaction.wrote |= self.transaction.open;
+                self.logged(sql, |s| s.dml(dml))
+            }
             LogicalPlan::Statement(Statement::SetVariable(set)) => {
                 self.set(&set.variable.to_lowercase(), &set.value)
             }
@@ -297,14 +573,71 @@ impl Session {
             LogicalPlan::Analyze(_) => Err(SqlError::Unsupported("EXPLAIN ANALYZE".into())),
             LogicalPlan::Copy(_) => Err(SqlError::Unsupported("COPY".into())),
             LogicalPlan::DescribeTable(_) => Err(SqlError::Unsupported("DESCRIBE".into())),
-            query => {
-                let optimized = self.optimize(query)?;
+            query => self.logged(sql, |s| {
+                let optimized = s.optimize(query)?;
                 let planning = start.elapsed();
-                let mut out = self.run_query(&optimized)?;
+                let mut out = s.run_query(&optimized)?;
                 out.planning += planning;
                 Ok(StatementOutput::Query(out))
+            }),
+        }
+    }
+
+    fn transaction(&mut self, op: Option<bool>) -> Result<StatementOutput> {
+        match op {
+            Some(true) => {
+                self.transaction = TransactionState {
+                    open: true,
+                    wrote: false,
+                };
+                Ok(command("BEGIN"))
+            }
+            Some(false) => {
+                self.transaction = TransactionState::default();
+                Ok(command("COMMIT"))
+            }
+            None => {
+                let state = std::mem::take(&mut self.transaction);
+                if state.wrote {
+                    Err(SqlError::Unsupported(
+                        "ROLLBACK after a write: Stride commits every statement on its own, \
+                         the writes of this block are kept"
+                            .into(),
+                    ))
+                } else {
+                    Ok(command("ROLLBACK"))
+                }
             }
         }
+    }
+
+    /// Runs `f` as one entry of the query log, with the scheduler accounting
+    /// of every query it ran.
+    fn logged(
+        &mut self,
+        sql: &str,
+        f: impl FnOnce(&mut Self) -> Result<StatementOutput>,
+    ) -> Result<StatementOutput> {
+        let origin = QueryOrigin {
+            session_id: self.id,
+            user: &self.user,
+            user_priority: self.settings.user_priority,
+            policy: self.engine.scheduler.policy().name().to_string(),
+        };
+        let id = self.engine.log.start(origin, sql);
+        *self.statement_stats.borrow_mut() = None;
+        let result = f(self);
+        let stats = self.statement_stats.borrow_mut().take().unwrap_or_default();
+        let outcome = match &result {
+            Ok(_) => Ok(&stats),
+            Err(SqlError::Cancelled) => Err((
+                "cancelled",
+                "canceling statement due to user request".to_string(),
+            )),
+            Err(e) => Err(("failed", e.to_string())),
+        };
+        self.engine.log.finish(id, outcome);
+        result
     }
 
     /// Runs an optimized query plan: scalar subqueries first, then the plan.
@@ -315,7 +648,50 @@ impl Session {
         let planning = start.elapsed();
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
         let exec_start = Instant::now();
-        let output = stride_exec::execute(&physical, schema, &self.engine.scheduler)?;
+        let facts = stride_sched::GroupFacts {
+            user_priority: self.settings.user_priority,
+            static_priority: self.settings.static_priority,
+            ..Default::default()
+        };
+        self.interrupt.check()?;
+        let interrupt = &self.interrupt;
+        let output = stride_exec::execute_with(
+            &physical,
+            schema,
+            &self.engine.scheduler,
+            facts,
+            &mut |canceller| {
+                let mut running = interrupt.running.lock().unwrap_or_else(|e| e.into_inner());
+                *running = canceller;
+                // A cancel that came before `running` was published is seen here.
+                if let Some(c) = running.as_ref() {
+                    if interrupt.requested.load(Ordering::SeqCst) {
+                        c.cancel();
+                    }
+                }
+            },
+        )
+        .map_err(|e| match e {
+            stride_exec::ExecError::Query(stride_sched::QueryError::Cancelled) => {
+                SqlError::Cancelled
+            }
+            other => SqlError::Exec(other),
+        })?;
+        {
+            let mut acc = self.statement_stats.borrow_mut();
+            match acc.as_mut() {
+                None => *acc = Some(output.stats.clone()),
+                Some(a) => {
+                    a.cpu_time += output.stats.cpu_time;
+                    a.finalize_time += output.stats.finalize_time;
+                    a.tasks += output.stats.tasks;
+                    a.morsels += output.stats.morsels;
+                    a.tuples += output.stats.tuples;
+                    a.task_sets += output.stats.task_sets;
+                    a.latency += output.stats.latency;
+                }
+            }
+        }
         Ok(QueryOutput {
             schema: output.schema,
             batches: output.batches,
@@ -434,7 +810,15 @@ impl Session {
     }
 
     fn table_name(&self, name: &datafusion_common::TableReference) -> (String, String) {
-        self.planner_context().resolve(name)
+        match name {
+            datafusion_common::TableReference::Bare { table } => {
+                (self.default_schema.clone(), table.to_string())
+            }
+            datafusion_common::TableReference::Partial { schema, table }
+            | datafusion_common::TableReference::Full { schema, table, .. } => {
+                (schema.to_string(), table.to_string())
+            }
+        }
     }
 
     fn ddl(&mut self, ddl: DdlStatement) -> Result<StatementOutput> {
@@ -552,34 +936,71 @@ impl Session {
     }
 
     fn set(&mut self, variable: &str, value: &str) -> Result<StatementOutput> {
-        let value = value.trim_matches('\'').trim_matches('"');
+        let value = value.trim().trim_matches('\'').trim_matches('"');
         match variable {
             "search_path" | "schema" => {
                 let first = value.split(',').next().unwrap_or("").trim();
                 self.set_default_schema(&first.to_lowercase())?;
-                Ok(command("SET"))
             }
-            "stride.policy" => Err(SqlError::Unsupported(
-                "SET stride.policy per session (the policy is set per server: --policy)".into(),
-            )),
-            other => Err(SqlError::Setting(format!("unknown setting \"{other}\""))),
+            "stride.policy" => {
+                let policy = crate::settings::parse_policy(value)?;
+                self.engine.scheduler.set_policy(policy);
+            }
+            other => self.settings.set(other, value)?,
         }
+        Ok(command("SET"))
     }
 
     fn show(&self, variable: &str) -> Result<StatementOutput> {
-        let value = match variable {
-            "search_path" | "schema" => self.default_schema.clone(),
-            "stride.workers" => self.engine.scheduler.config().workers.to_string(),
-            "stride.policy" => self.engine.scheduler.config().policy.name().to_string(),
-            other => return Err(SqlError::Setting(format!("unknown setting \"{other}\""))),
+        let rows: Vec<(String, String)> = match variable {
+            "all" => {
+                let mut all = self.settings.all();
+                all.push(("search_path".into(), self.default_schema.clone()));
+                all.push((
+                    "stride.policy".into(),
+                    self.engine.scheduler.policy().name().into(),
+                ));
+                all.push((
+                    "stride.workers".into(),
+                    self.engine.scheduler.config().workers.to_string(),
+                ));
+                all.sort();
+                all
+            }
+            "search_path" | "schema" => vec![(variable.into(), self.default_schema.clone())],
+            "stride.workers" => vec![(
+                variable.into(),
+                self.engine.scheduler.config().workers.to_string(),
+            )],
+            "stride.policy" => vec![(
+                variable.into(),
+                self.engine.scheduler.policy().name().to_string(),
+            )],
+            other => match self.settings.get(other) {
+                Some(v) => vec![(variable.into(), v)],
+                None => {
+                    return Err(SqlError::Setting(format!(
+                        "unrecognized configuration parameter \"{other}\""
+                    )))
+                }
+            },
         };
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
-            arrow::datatypes::Field::new(variable, arrow::datatypes::DataType::Utf8, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![Arc::new(arrow::array::StringArray::from(vec![value]))],
-        )?;
+        let schema = show_schema(variable);
+        let columns: Vec<arrow::array::ArrayRef> = if variable == "all" {
+            vec![
+                Arc::new(arrow::array::StringArray::from_iter_values(
+                    rows.iter().map(|r| r.0.as_str()),
+                )),
+                Arc::new(arrow::array::StringArray::from_iter_values(
+                    rows.iter().map(|r| r.1.as_str()),
+                )),
+            ]
+        } else {
+            vec![Arc::new(arrow::array::StringArray::from_iter_values(
+                rows.iter().map(|r| r.1.as_str()),
+            ))]
+        };
+        let batch = RecordBatch::try_new(schema.clone(), columns)?;
         Ok(StatementOutput::Query(QueryOutput {
             schema,
             batches: vec![batch],
@@ -588,6 +1009,31 @@ impl Session {
             execution: Duration::ZERO,
         }))
     }
+}
+
+/// Columns of `SHOW <variable>`.
+fn show_schema(variable: &str) -> SchemaRef {
+    if variable == "all" {
+        Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("setting", DataType::Utf8, false),
+        ]))
+    } else {
+        Arc::new(Schema::new(vec![Field::new(
+            variable,
+            DataType::Utf8,
+            false,
+        )]))
+    }
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("planning panicked: {msg}")
 }
 
 /// Rejects SQL whose DataFusion plan would not mean what the SQL says.

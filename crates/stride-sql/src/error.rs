@@ -23,6 +23,9 @@ pub enum SqlError {
     Exec(#[from] ExecError),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// The statement was cancelled (a client's cancel request or disconnect).
+    #[error("canceling statement due to user request")]
+    Cancelled,
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -11,14 +11,22 @@
 //!   joined before the fact table probes them);
 //! * [`lower`] — logical → physical plan, cardinality estimates;
 //! * [`coerce`] — literal typing fixes applied before DataFusion's coercion;
-//! * [`engine`] — engine and sessions: statements, DDL/DML, EXPLAIN, settings.
+//! * [`engine`] — engine and sessions: statements, prepared statements with
+//!   parameters, DDL/DML, EXPLAIN, transactions blocks, cancellation;
+//! * [`settings`] — `SET`/`SHOW`: Stride's settings and PostgreSQL's;
+//! * [`activity`] — the query log and the system views `stride.queries`,
+//!   `stride.workers`.
 
+pub mod activity;
 pub mod coerce;
 pub mod context;
 pub mod engine;
 pub mod error;
 pub mod join_order;
 pub mod lower;
+pub mod settings;
 
-pub use engine::{Engine, EngineConfig, QueryOutput, Session, StatementOutput};
+pub use engine::{
+    Engine, EngineConfig, Interrupt, Prepared, QueryOutput, Session, StatementOutput,
+};
 pub use error::SqlError;

@@ -73,6 +73,24 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Serve SQL over the PostgreSQL wire protocol (psql, pgbench, drivers).
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on.
+    #[arg(long, default_value_t = 5433)]
+    port: u16,
+    /// Require this password from every client (default: trust any user).
+    #[arg(long, env = "STRIDE_PASSWORD")]
+    password: Option<String>,
+    /// Refuse connections beyond this many.
+    #[arg(long, default_value_t = 1000)]
+    max_connections: usize,
 }
 
 /// Builds the engine and generates the requested data.
@@ -108,7 +126,11 @@ fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
             "generated TPC-H SF {sf} into schema {schema} in {:.1?}",
             t.elapsed()
         );
-        session.set_default_schema(&schema)?;
+        if sf == global.tpch[0] {
+            // The first generated schema is where unqualified names resolve.
+            session.set_default_schema(&schema)?;
+            engine.set_default_schema(&schema)?;
+        }
     }
     for &sf in &global.ssb {
         let t = Instant::now();
@@ -121,6 +143,7 @@ fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
         );
         if global.tpch.is_empty() {
             session.set_default_schema(&schema)?;
+            engine.set_default_schema(&schema)?;
         }
     }
     Ok((engine, session))
@@ -145,7 +168,43 @@ fn main() -> Result<()> {
             export(&engine, dir)
         }
         Command::Bench(cmd) => bench::run(cmd, &cli.global),
+        Command::Serve(args) => serve(args, &cli.global),
     }
+}
+
+fn serve(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
+    let ip: std::net::IpAddr = args
+        .host
+        .parse()
+        .with_context(|| format!("--host {}: not an IP address", args.host))?;
+    let started = Instant::now();
+    let (engine, _) = start(global)?;
+    let config = stride_server::ServerConfig {
+        listen: std::net::SocketAddr::new(ip, args.port),
+        auth: match &args.password {
+            Some(p) => stride_server::Auth::Password(p.clone()),
+            None => stride_server::Auth::Trust,
+        },
+        max_connections: args.max_connections,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("stride-net")
+        .build()
+        .context("starting the network runtime")?;
+    runtime.block_on(async move {
+        let server = stride_server::Server::bind(engine.clone(), config).await?;
+        let schemas = engine.catalog().schema_names().join(", ");
+        eprintln!(
+            "stride: ready to accept connections on {} (schemas: {schemas}; policy {}, {} workers; started in {:.1?})",
+            server.local_addr()?,
+            engine.scheduler().policy().name(),
+            engine.scheduler().config().workers,
+            started.elapsed()
+        );
+        server.serve().await?;
+        Ok(())
+    })
 }
 
 fn export(engine: &Engine, dir: &std::path::Path) -> Result<()> {

@@ -10,32 +10,6 @@ use std::sync::{Arc, OnceLock};
 
 use stride_sql::Engine;
 
-/// ORDER BY of each query as (output column, descending).
-const ORDER: [&[(usize, bool)]; 22] = [
-    &[(0, false), (1, false)],
-    &[(0, true), (2, false), (1, false), (3, false)],
-    &[(1, true), (2, false)],
-    &[(0, false)],
-    &[(1, true)],
-    &[],
-    &[(0, false), (1, false), (2, false)],
-    &[(0, false)],
-    &[(0, false), (1, true)],
-    &[(2, true)],
-    &[(1, true)],
-    &[(0, false)],
-    &[(1, true), (0, true)],
-    &[],
-    &[(0, false)],
-    &[(3, true), (0, false), (1, false), (2, false)],
-    &[],
-    &[(4, true), (3, false)],
-    &[],
-    &[(0, false)],
-    &[(1, true), (0, false)],
-    &[(0, false)],
-];
-
 fn engine() -> &'static Arc<Engine> {
     static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
     ENGINE.get_or_init(|| {
@@ -54,7 +28,7 @@ fn check(n: usize) {
         .query(&query.sql)
         .unwrap_or_else(|e| panic!("q{n} failed: {e}"));
     let path = format!("{}/tests/tpch-answers/q{n}.csv", env!("CARGO_MANIFEST_DIR"));
-    common::check_answer(&format!("q{n}"), &out, &path, ORDER[n - 1]);
+    common::check_answer(&format!("q{n}"), &out, &path, common::TPCH_ORDER[n - 1]);
 }
 
 macro_rules! tpch_tests {

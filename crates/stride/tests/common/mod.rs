@@ -184,3 +184,29 @@ pub fn test_engine(workers: usize) -> Arc<stride_sql::Engine> {
         },
     })
 }
+
+/// ORDER BY of each TPC-H query as (output column, descending).
+pub const TPCH_ORDER: [&[(usize, bool)]; 22] = [
+    &[(0, false), (1, false)],
+    &[(0, true), (2, false), (1, false), (3, false)],
+    &[(1, true), (2, false)],
+    &[(0, false)],
+    &[(1, true)],
+    &[],
+    &[(0, false), (1, false), (2, false)],
+    &[(0, false)],
+    &[(0, false), (1, true)],
+    &[(2, true)],
+    &[(1, true)],
+    &[(0, false)],
+    &[(1, true), (0, true)],
+    &[],
+    &[(0, false)],
+    &[(3, true), (0, false), (1, false), (2, false)],
+    &[],
+    &[(4, true), (3, false)],
+    &[],
+    &[(0, false)],
+    &[(1, true), (0, false)],
+    &[(0, false)],
+];

@@ -1,0 +1,875 @@
+//! One client connection.
+//!
+//! ```text
+//!  startup packet ──SSLRequest/GSSENCRequest──► 'N', read the next packet
+//!       │ ─────────CancelRequest──────────────► cancel that backend's query, close
+//!       ▼ protocol 3.x
+//!  authentication (trust, or cleartext password) ─► ParameterStatus…,
+//!       │                                           BackendKeyData, ReadyForQuery
+//!       ▼
+//!  ┌► ready ──Query──────────► run every statement ─► rows/tags/errors ─► ReadyForQuery ─┐
+//!  │    │ ──Parse/Bind/Describe/Execute/Close──► replies (no ReadyForQuery);            │
+//!  │    │      after an error: skip messages until Sync                                 │
+//!  │    │ ──Sync──► ReadyForQuery                                                       │
+//!  └────┴──────────────────────────────────────────────────────────────────────────────┘
+//!       Terminate / EOF / malformed message ─► close (cancelling a running query)
+//! ```
+//!
+//! Statements run on a blocking thread ([`Connection::with_session`]); while
+//! one runs, the task watches the socket, and if the client goes away the
+//! statement's query is cancelled on the scheduler. The [`Session`] moves
+//! into the blocking closure and back, so it is never shared between threads.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::util::display::FormatOptions;
+use datafusion_common::ScalarValue;
+use stride_sql::{Interrupt, Prepared, Session, SqlError, StatementOutput};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use crate::protocol::{self, Frontend, Out, ProtocolError, Startup, MAX_MESSAGE, MAX_STARTUP};
+use crate::sqlstate;
+use crate::types::{self, ColumnEncoder};
+use crate::{Auth, Shared};
+
+/// Output is written to the socket whenever this much is buffered.
+const FLUSH_BYTES: usize = 256 << 10;
+/// A client must finish its startup within this time.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a connection ends early.
+enum Close {
+    /// The client went away or the socket failed.
+    Gone,
+    /// A protocol error was answered; the connection closes.
+    Fatal,
+}
+
+/// A prepared statement of the extended protocol.
+struct Statement {
+    prepared: Arc<Prepared>,
+    /// Type OID of each parameter as described to the client.
+    param_oids: Vec<u32>,
+}
+
+/// A bound portal and, once executed, its result and how much was sent.
+struct Portal {
+    statement: Arc<Statement>,
+    params: Vec<ScalarValue>,
+    result_formats: Vec<i16>,
+    result: Option<Rows>,
+}
+
+/// A statement's output as rows still to be sent (or a command tag).
+struct Rows {
+    schema: Option<SchemaRef>,
+    batches: Vec<RecordBatch>,
+    /// Rows already sent (Execute with a row limit continues from here).
+    sent: usize,
+    tag: String,
+}
+
+/// Keeps the connection count and the cancel-key registry true however the
+/// connection task ends.
+struct Registration {
+    shared: Arc<Shared>,
+    key: Option<(i32, i32)>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            self.shared.unregister(key);
+        }
+        self.shared
+            .connections
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
+    let (read, write) = stream.into_split();
+    let mut conn = Connection {
+        reader: BufReader::with_capacity(64 << 10, read),
+        writer: write,
+        out: Out::default(),
+        shared,
+        session: None,
+        interrupt: None,
+        statements: HashMap::new(),
+        portals: HashMap::new(),
+        skip_until_sync: false,
+        client_gone: false,
+    };
+    let Ok(Ok(Some(registration))) = tokio::time::timeout(STARTUP_TIMEOUT, conn.startup()).await
+    else {
+        let _ = conn.flush().await;
+        return;
+    };
+    let _registration = registration;
+    let _ = conn.run().await;
+    // A fatal error's message may still be buffered.
+    let _ = conn.flush().await;
+    if let Some(i) = &conn.interrupt {
+        i.cancel();
+    }
+}
+
+struct Connection {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    out: Out,
+    shared: Arc<Shared>,
+    /// `None` only while a statement runs on a blocking thread, or after the
+    /// blocking thread panicked (then the connection closes).
+    session: Option<Session>,
+    interrupt: Option<Arc<Interrupt>>,
+    statements: HashMap<String, Arc<Statement>>,
+    portals: HashMap<String, Portal>,
+    /// An extended-protocol message failed: ignore messages up to Sync.
+    skip_until_sync: bool,
+    client_gone: bool,
+}
+
+impl Connection {
+    async fn flush(&mut self) -> Result<(), Close> {
+        if !self.out.buf.is_empty() {
+            let r = self.writer.write_all(&self.out.buf).await;
+            self.out.buf.clear();
+            r.map_err(|_| Close::Gone)?;
+        }
+        Ok(())
+    }
+
+    async fn flush_if_full(&mut self) -> Result<(), Close> {
+        if self.out.buf.len() >= FLUSH_BYTES {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    fn fatal(&mut self, code: &str, message: &str) -> Close {
+        self.out.error("FATAL", code, message);
+        Close::Fatal
+    }
+
+    /// Startup packets until a 3.x one, then authentication. `None`: the
+    /// connection is done (a cancel request, a refused client).
+    async fn startup(&mut self) -> Result<Option<Registration>, Close> {
+        let params = loop {
+            let len = self.reader.read_i32().await.map_err(|_| Close::Gone)?;
+            if !(8..=MAX_STARTUP as i32).contains(&len) {
+                return Err(self.fatal(
+                    sqlstate::PROTOCOL_VIOLATION,
+                    &format!("invalid length of startup packet: {len}"),
+                ));
+            }
+            let mut body = vec![0u8; len as usize - 4];
+            self.reader
+                .read_exact(&mut body)
+                .await
+                .map_err(|_| Close::Gone)?;
+            match protocol::parse_startup(&body) {
+                Ok(Startup::Ssl) | Ok(Startup::Gss) => {
+                    // No TLS or GSS: the client may go on in plain text.
+                    self.writer.write_all(b"N").await.map_err(|_| Close::Gone)?;
+                }
+                Ok(Startup::Cancel {
+                    process_id,
+                    secret_key,
+                }) => {
+                    self.shared.cancel((process_id, secret_key));
+                    return Ok(None);
+                }
+                Ok(Startup::Start { params }) => break params,
+                Err(e) => return Err(self.fatal(sqlstate::PROTOCOL_VIOLATION, &e.to_string())),
+            }
+        };
+        let previous = self
+            .shared
+            .connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut registration = Registration {
+            shared: self.shared.clone(),
+            key: None,
+        };
+        if previous >= self.shared.config.max_connections {
+            return Err(self.fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "sorry, too many clients already",
+            ));
+        }
+        let user = params
+            .iter()
+            .find(|(k, _)| k == "user")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        if user.is_empty() {
+            return Err(self.fatal(
+                "28000",
+                "no PostgreSQL user name specified in startup packet",
+            ));
+        }
+        if let Auth::Password(expected) = &self.shared.config.auth {
+            let expected = expected.clone();
+            self.out.auth_cleartext();
+            self.flush().await?;
+            let (tag, body) = self.read_message().await?.ok_or(Close::Gone)?;
+            let given = match protocol::parse_frontend(tag, &body) {
+                Ok(Frontend::Password(p)) => p,
+                _ => {
+                    return Err(
+                        self.fatal(sqlstate::PROTOCOL_VIOLATION, "expected a password message")
+                    )
+                }
+            };
+            if given != expected {
+                return Err(self.fatal(
+                    sqlstate::INVALID_PASSWORD,
+                    &format!("password authentication failed for user \"{user}\""),
+                ));
+            }
+        }
+        let mut session = self.shared.engine.session_for(&user);
+        let mut unknown_options = Vec::new();
+        for (key, value) in &params {
+            let key = key.to_ascii_lowercase();
+            match key.as_str() {
+                "user" | "database" | "replication" => {}
+                // libpq sends the locale's encoding (SQL_ASCII under C);
+                // results are UTF-8 whatever it asks for, as reported below.
+                "client_encoding" => {}
+                "options" => {
+                    for (name, v) in command_line_options(value) {
+                        if let Err(e) = session.set_variable(&name, &v) {
+                            return Err(self.fatal(sqlstate::of(&e), &e.to_string()));
+                        }
+                    }
+                }
+                k if k.starts_with("_pq_.") => unknown_options.push(key.clone()),
+                _ => {
+                    if let Err(e) = session.set_variable(&key, value) {
+                        return Err(self.fatal(sqlstate::of(&e), &e.to_string()));
+                    }
+                }
+            }
+        }
+        if !unknown_options.is_empty() {
+            self.out.negotiate_version(0, &unknown_options);
+        }
+        self.out.auth_ok();
+        for name in [
+            "server_version",
+            "server_encoding",
+            "client_encoding",
+            "datestyle",
+            "timezone",
+            "intervalstyle",
+            "integer_datetimes",
+            "standard_conforming_strings",
+            "application_name",
+            "is_superuser",
+        ] {
+            let value = session.settings().get(name).unwrap_or_default();
+            self.out.parameter_status(&display_name(name), &value);
+        }
+        self.out.parameter_status("session_authorization", &user);
+        let interrupt = session.interrupt();
+        registration.key = Some(self.shared.register(interrupt.clone()));
+        let (pid, secret) = registration.key.unwrap_or_default();
+        self.out.backend_key(pid, secret);
+        self.out.ready(b'I');
+        self.flush().await?;
+        self.session = Some(session);
+        self.interrupt = Some(interrupt);
+        Ok(Some(registration))
+    }
+
+    /// Reads one message; `None` at a clean end of stream.
+    async fn read_message(&mut self) -> Result<Option<(u8, Vec<u8>)>, Close> {
+        let tag = match self.reader.read_u8().await {
+            Ok(t) => t,
+            Err(_) => return Ok(None),
+        };
+        let len = self.reader.read_i32().await.map_err(|_| Close::Gone)?;
+        if len < 4 {
+            return Err(self.fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                &ProtocolError::Length(len.into()).to_string(),
+            ));
+        }
+        let body_len = len as usize - 4;
+        if body_len > MAX_MESSAGE {
+            return Err(self.fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                &ProtocolError::TooLarge(body_len).to_string(),
+            ));
+        }
+        let mut body = vec![0u8; body_len];
+        self.reader
+            .read_exact(&mut body)
+            .await
+            .map_err(|_| Close::Gone)?;
+        Ok(Some((tag, body)))
+    }
+
+    async fn run(&mut self) -> Result<(), Close> {
+        loop {
+            if self.client_gone {
+                return Err(Close::Gone);
+            }
+            let Some((tag, body)) = self.read_message().await? else {
+                return Ok(());
+            };
+            let message = match protocol::parse_frontend(tag, &body) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.out
+                        .error("FATAL", sqlstate::PROTOCOL_VIOLATION, &e.to_string());
+                    self.flush().await?;
+                    return Err(Close::Fatal);
+                }
+            };
+            drop(body);
+            if self.skip_until_sync && !matches!(message, Frontend::Sync | Frontend::Terminate) {
+                continue;
+            }
+            match message {
+                Frontend::Query(sql) => {
+                    self.simple_query(sql).await?;
+                    self.ready();
+                    self.flush().await?;
+                }
+                Frontend::Parse {
+                    name,
+                    query,
+                    param_types,
+                } => self.parse(name, query, param_types).await?,
+                Frontend::Bind {
+                    portal,
+                    statement,
+                    param_formats,
+                    params,
+                    result_formats,
+                } => self.bind(portal, statement, param_formats, params, result_formats),
+                Frontend::Describe { kind, name } => self.describe(kind, &name),
+                Frontend::Execute { portal, max_rows } => self.execute(&portal, max_rows).await?,
+                Frontend::Close { kind, name } => {
+                    if kind == b'S' {
+                        self.statements.remove(&name);
+                    } else {
+                        self.portals.remove(&name);
+                    }
+                    self.out.close_complete();
+                }
+                Frontend::Sync => {
+                    self.skip_until_sync = false;
+                    // The unnamed portal does not outlive the transaction.
+                    self.portals.remove("");
+                    self.ready();
+                    self.flush().await?;
+                }
+                Frontend::Flush => self.flush().await?,
+                Frontend::Terminate => return Ok(()),
+                Frontend::Password(_) => {
+                    self.extended_error(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        "unexpected password message",
+                    );
+                }
+                Frontend::Unsupported(what) => {
+                    self.extended_error(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        &format!("{what} is not supported"),
+                    );
+                }
+            }
+            self.flush_if_full().await?;
+        }
+    }
+
+    fn ready(&mut self) {
+        let in_block = self.session.as_ref().is_some_and(|s| s.in_transaction());
+        self.out.ready(if in_block { b'T' } else { b'I' });
+    }
+
+    /// An error inside an extended-protocol exchange: reported once, then the
+    /// messages up to Sync are skipped.
+    fn extended_error(&mut self, code: &str, message: &str) {
+        self.out.error("ERROR", code, message);
+        self.skip_until_sync = true;
+    }
+
+    fn sql_error(&mut self, e: &SqlError) {
+        self.out.error("ERROR", sqlstate::of(e), &e.to_string());
+    }
+
+    /// Runs `f` on the session on a blocking thread. While it runs, watches
+    /// the socket: if the client disconnects, the statement is cancelled.
+    async fn with_session<R: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut Session) -> R + Send + 'static,
+    ) -> Result<R, Close> {
+        let mut session = self.session.take().ok_or(Close::Fatal)?;
+        let mut task = tokio::task::spawn_blocking(move || {
+            let r = f(&mut session);
+            (session, r)
+        });
+        // Bytes already buffered mean the client is pipelining: it is there.
+        let mut watch = self.reader.buffer().is_empty();
+        loop {
+            tokio::select! {
+                joined = &mut task => {
+                    return match joined {
+                        Ok((session, r)) => {
+                            self.session = Some(session);
+                            Ok(r)
+                        }
+                        Err(_) => {
+                            self.out.error("FATAL", sqlstate::INTERNAL_ERROR, "internal error: the statement's thread panicked");
+                            Err(Close::Fatal)
+                        }
+                    };
+                }
+                gone = client_gone(self.reader.get_mut()), if watch => {
+                    watch = false;
+                    if gone {
+                        self.client_gone = true;
+                        if let Some(i) = &self.interrupt {
+                            i.cancel();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn simple_query(&mut self, sql: String) -> Result<(), Close> {
+        let results = self
+            .with_session(move |s| s.execute_statements(&sql))
+            .await?;
+        if results.is_empty() {
+            self.out.empty_query();
+        }
+        for result in results {
+            match result {
+                Ok(output) => {
+                    let mut rows = rows_of(output);
+                    if let Some(schema) = &rows.schema {
+                        let description = describe_schema(schema, &[]);
+                        self.out.row_description(&description);
+                    }
+                    self.send_rows(&mut rows, &[], 0).await?;
+                    if rows.tag.is_empty() {
+                        self.out.empty_query();
+                    } else {
+                        self.out.command_complete(&rows.tag);
+                    }
+                }
+                Err(e) => self.sql_error(&e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn parse(
+        &mut self,
+        name: String,
+        query: String,
+        declared: Vec<u32>,
+    ) -> Result<(), Close> {
+        let prepared = self.with_session(move |s| s.prepare(&query)).await?;
+        match prepared {
+            Ok(prepared) => {
+                let param_oids = prepared
+                    .param_types
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| match declared.get(i) {
+                        Some(&oid) if oid != 0 => oid,
+                        _ => t.as_ref().map_or(types::TEXT, |t| types::pg_type(t).0),
+                    })
+                    .collect();
+                self.statements.insert(
+                    name,
+                    Arc::new(Statement {
+                        prepared: Arc::new(prepared),
+                        param_oids,
+                    }),
+                );
+                self.out.parse_complete();
+            }
+            Err(e) => {
+                self.sql_error(&e);
+                self.skip_until_sync = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn bind(
+        &mut self,
+        portal: String,
+        statement: String,
+        param_formats: Vec<i16>,
+        params: Vec<Option<Vec<u8>>>,
+        result_formats: Vec<i16>,
+    ) {
+        let Some(stmt) = self.statements.get(&statement).cloned() else {
+            return self.extended_error(
+                sqlstate::INVALID_SQL_STATEMENT_NAME,
+                &format!("prepared statement \"{statement}\" does not exist"),
+            );
+        };
+        let expected = stmt.param_oids.len();
+        if params.len() != expected {
+            return self.extended_error(
+                sqlstate::PROTOCOL_VIOLATION,
+                &format!(
+                    "bind message supplies {} parameters, but prepared statement \"{statement}\" requires {expected}",
+                    params.len()
+                ),
+            );
+        }
+        if param_formats.len() > 1 && param_formats.len() != params.len() {
+            return self.extended_error(
+                sqlstate::PROTOCOL_VIOLATION,
+                &format!(
+                    "bind message has {} parameter formats but {} parameters",
+                    param_formats.len(),
+                    params.len()
+                ),
+            );
+        }
+        let columns = stmt
+            .prepared
+            .schema
+            .as_ref()
+            .map_or(0, |s| s.fields().len());
+        if result_formats.len() > 1 && result_formats.len() != columns {
+            return self.extended_error(
+                sqlstate::PROTOCOL_VIOLATION,
+                &format!(
+                    "bind message has {} result formats but query has {columns} columns",
+                    result_formats.len()
+                ),
+            );
+        }
+        let mut values = Vec::with_capacity(params.len());
+        for (i, value) in params.iter().enumerate() {
+            let format = format_of(&param_formats, i);
+            let target = stmt.prepared.param_types[i].as_ref();
+            match types::decode_param(value.as_deref(), stmt.param_oids[i], format, target) {
+                Ok(v) => values.push(v),
+                Err(message) => {
+                    return self.extended_error(
+                        sqlstate::INVALID_TEXT_REPRESENTATION,
+                        &format!("parameter ${}: {message}", i + 1),
+                    )
+                }
+            }
+        }
+        self.portals.insert(
+            portal,
+            Portal {
+                statement: stmt,
+                params: values,
+                result_formats,
+                result: None,
+            },
+        );
+        self.out.bind_complete();
+    }
+
+    fn describe(&mut self, kind: u8, name: &str) {
+        if kind == b'S' {
+            let Some(stmt) = self.statements.get(name).cloned() else {
+                return self.extended_error(
+                    sqlstate::INVALID_SQL_STATEMENT_NAME,
+                    &format!("prepared statement \"{name}\" does not exist"),
+                );
+            };
+            self.out.parameter_description(&stmt.param_oids);
+            match &stmt.prepared.schema {
+                Some(schema) => self.out.row_description(&describe_schema(schema, &[])),
+                None => self.out.no_data(),
+            }
+        } else {
+            let Some(portal) = self.portals.get(name) else {
+                return self.extended_error(
+                    sqlstate::INVALID_CURSOR_NAME,
+                    &format!("portal \"{name}\" does not exist"),
+                );
+            };
+            match &portal.statement.prepared.schema {
+                Some(schema) => {
+                    let d = describe_schema(schema, &portal.result_formats);
+                    self.out.row_description(&d);
+                }
+                None => self.out.no_data(),
+            }
+        }
+    }
+
+    async fn execute(&mut self, name: &str, max_rows: i32) -> Result<(), Close> {
+        let Some(mut portal) = self.portals.remove(name) else {
+            self.extended_error(
+                sqlstate::INVALID_CURSOR_NAME,
+                &format!("portal \"{name}\" does not exist"),
+            );
+            return Ok(());
+        };
+        if portal.result.is_none() {
+            let prepared = portal.statement.prepared.clone();
+            let params = portal.params.clone();
+            let outcome = self
+                .with_session(move |s| s.execute_prepared(&prepared, params))
+                .await?;
+            match outcome {
+                Ok(output) => portal.result = Some(rows_of(output)),
+                Err(e) => {
+                    self.sql_error(&e);
+                    self.skip_until_sync = true;
+                    return Ok(());
+                }
+            }
+        }
+        let formats = portal.result_formats.clone();
+        let Some(mut rows) = portal.result.take() else {
+            return Ok(());
+        };
+        let limit = if max_rows > 0 {
+            max_rows as usize
+        } else {
+            usize::MAX
+        };
+        let done = self.send_rows(&mut rows, &formats, limit).await?;
+        if done {
+            if rows.tag.is_empty() {
+                self.out.empty_query();
+            } else {
+                self.out.command_complete(&rows.tag);
+            }
+        } else {
+            self.out.portal_suspended();
+            portal.result = Some(rows);
+            self.portals.insert(name.to_string(), portal);
+        }
+        Ok(())
+    }
+
+    /// Sends up to `limit` (0: all) further rows; returns whether all rows
+    /// have now been sent.
+    async fn send_rows(
+        &mut self,
+        rows: &mut Rows,
+        formats: &[i16],
+        limit: usize,
+    ) -> Result<bool, Close> {
+        let mut budget = if limit == 0 { usize::MAX } else { limit };
+        let batches = std::mem::take(&mut rows.batches);
+        let mut outcome = Ok(true);
+        // Position of the next row to send: (batch, row within it).
+        let mut skip = rows.sent;
+        let mut batch_index = 0;
+        while batch_index < batches.len() && skip >= batches[batch_index].num_rows() {
+            skip -= batches[batch_index].num_rows();
+            batch_index += 1;
+        }
+        let mut row = skip;
+        while batch_index < batches.len() {
+            if budget == 0 {
+                outcome = Ok(false);
+                break;
+            }
+            let batch = &batches[batch_index];
+            match encode_rows(&mut self.out, batch, formats, row, budget) {
+                Ok(n) => {
+                    rows.sent += n;
+                    budget -= n;
+                    row += n;
+                }
+                Err(message) => {
+                    self.out.error("ERROR", sqlstate::INTERNAL_ERROR, &message);
+                    break;
+                }
+            }
+            if row >= batch.num_rows() {
+                batch_index += 1;
+                row = 0;
+            }
+            if let Err(e) = self.flush_if_full().await {
+                outcome = Err(e);
+                break;
+            }
+        }
+        if outcome.as_ref().is_ok_and(|done| *done) && batch_index < batches.len() {
+            outcome = Ok(false);
+        }
+        rows.batches = batches;
+        outcome
+    }
+}
+
+/// Encodes rows `start..` of `batch` as DataRows, at most `budget` of them,
+/// stopping early once [`FLUSH_BYTES`] are buffered; returns how many.
+fn encode_rows(
+    out: &mut Out,
+    batch: &RecordBatch,
+    formats: &[i16],
+    start: usize,
+    budget: usize,
+) -> Result<usize, String> {
+    let options = FormatOptions::default().with_null("");
+    let columns = batch.columns();
+    let encoders = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ColumnEncoder::new(c, format_of(formats, i) == 1, &options))
+        .collect::<Result<Vec<_>, _>>()?;
+    let end = batch.num_rows().min(start.saturating_add(budget));
+    let mut row = start;
+    while row < end {
+        let at = out.begin_row(columns.len());
+        for (c, enc) in columns.iter().zip(&encoders) {
+            if types::is_null(c, row) {
+                out.null();
+            } else {
+                let v = out.begin_value();
+                enc.encode(row, &mut out.buf);
+                out.end_value(v);
+            }
+        }
+        out.end_row(at);
+        row += 1;
+        if out.buf.len() >= FLUSH_BYTES {
+            break;
+        }
+    }
+    Ok(row - start)
+}
+
+/// Waits until the client closes its end (`true`) or sends something
+/// (`false`: it is still there; the bytes stay unread).
+async fn client_gone(read: &mut OwnedReadHalf) -> bool {
+    let mut byte = [0u8; 1];
+    match read.peek(&mut byte).await {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(_) => true,
+    }
+}
+
+fn format_of(formats: &[i16], i: usize) -> i16 {
+    match formats.len() {
+        0 => 0,
+        1 => formats[0],
+        _ => formats.get(i).copied().unwrap_or(0),
+    }
+}
+
+fn describe_schema(schema: &SchemaRef, formats: &[i16]) -> Vec<(String, u32, i16, i16)> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let (oid, size) = types::pg_type(f.data_type());
+            (f.name().clone(), oid, size, format_of(formats, i))
+        })
+        .collect()
+}
+
+/// A statement's output as rows to send and the command tag.
+fn rows_of(output: StatementOutput) -> Rows {
+    match output {
+        StatementOutput::Query(q) => {
+            let n = q.num_rows();
+            Rows {
+                schema: Some(q.schema),
+                batches: q.batches,
+                sent: 0,
+                tag: format!("SELECT {n}"),
+            }
+        }
+        StatementOutput::Command { tag } => Rows {
+            schema: None,
+            batches: Vec::new(),
+            sent: 0,
+            tag,
+        },
+        StatementOutput::Explain(text) => {
+            let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
+                "QUERY PLAN",
+                DataType::Utf8,
+                false,
+            )]));
+            let lines: Vec<&str> = text.lines().collect();
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(StringArray::from(lines)) as ArrayRef],
+            );
+            Rows {
+                schema: Some(schema),
+                batches: batch.into_iter().collect(),
+                sent: 0,
+                tag: "EXPLAIN".into(),
+            }
+        }
+    }
+}
+
+/// PostgreSQL's spelling of a reported parameter.
+fn display_name(name: &str) -> String {
+    match name {
+        "datestyle" => "DateStyle".into(),
+        "timezone" => "TimeZone".into(),
+        "intervalstyle" => "IntervalStyle".into(),
+        other => other.into(),
+    }
+}
+
+/// `-c name=value` (or `--name=value`) switches of the startup `options`.
+fn command_line_options(options: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut words = options.split_whitespace();
+    while let Some(w) = words.next() {
+        let setting = if w == "-c" {
+            words.next()
+        } else if let Some(rest) = w.strip_prefix("-c") {
+            Some(rest)
+        } else {
+            w.strip_prefix("--")
+        };
+        if let Some((name, value)) = setting.and_then(|s| s.split_once('=')) {
+            out.push((
+                name.to_ascii_lowercase().replace('-', "_"),
+                value.to_string(),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_switches() {
+        assert_eq!(
+            command_line_options("-c search_path=sf1 --stride.user_priority=2 -cDateStyle=ISO"),
+            vec![
+                ("search_path".to_string(), "sf1".to_string()),
+                ("stride.user_priority".to_string(), "2".to_string()),
+                ("datestyle".to_string(), "ISO".to_string()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! Stride's PostgreSQL wire-protocol server (protocol version 3.0).
+//!
+//! psql, pgbench and PostgreSQL drivers reach the engine through this crate.
+//! One tokio task serves each connection; statements run on tokio's blocking
+//! threads, which plan the query and wait for its resource group while the
+//! scheduler's workers execute it, so a worker never waits on a socket.
+//! Results are encoded and written to the client after the query completed.
+//!
+//! * [`protocol`] — framing, frontend message parsing, backend messages;
+//! * [`types`] — Arrow ↔ PostgreSQL types, text and binary formats;
+//! * [`sqlstate`] — engine errors as SQLSTATE codes;
+//! * [`connection`] — one connection's state machine (startup,
+//!   authentication, simple and extended query protocol, cancellation).
+//!
+//! Invariants: a malformed message closes only its connection (after an
+//! ErrorResponse where the stream is still in sync); a failing statement
+//! fails alone and the connection stays usable; a client that disconnects or
+//! sends a CancelRequest gets its running query cancelled on the scheduler.
+
+pub mod connection;
+pub mod protocol;
+pub mod sqlstate;
+pub mod types;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use stride_sql::{Engine, Interrupt};
+use tokio::net::TcpListener;
+
+/// How clients authenticate.
+#[derive(Debug, Clone, Default)]
+pub enum Auth {
+    /// Any user name, no password (the default; the server listens on
+    /// loopback unless told otherwise).
+    #[default]
+    Trust,
+    /// Every user must send this password (cleartext password message).
+    Password(String),
+}
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to listen on (`127.0.0.1:5433` by default).
+    pub listen: SocketAddr,
+    pub auth: Auth,
+    /// Connections beyond this are refused with SQLSTATE 53300.
+    pub max_connections: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 5433)),
+            auth: Auth::Trust,
+            max_connections: 1000,
+        }
+    }
+}
+
+/// Errors of the server boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// State shared by all connections of a server.
+pub struct Shared {
+    pub engine: Arc<Engine>,
+    pub config: ServerConfig,
+    /// Open connections (after the startup packet was accepted).
+    /// Relaxed: a statistic and an admission bound, orders nothing.
+    connections: AtomicUsize,
+    /// Next backend process id handed to a client; Relaxed (uniqueness only).
+    next_pid: AtomicI32,
+    /// Backend key data → the connection's interrupt, for CancelRequests.
+    cancel_keys: Mutex<HashMap<(i32, i32), Arc<Interrupt>>>,
+    /// Randomly keyed (per process) hasher that makes secret keys.
+    keys: RandomState,
+}
+
+impl Shared {
+    /// Number of open connections.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    fn register(&self, interrupt: Arc<Interrupt>) -> (i32, i32) {
+        let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
+        // The secret only has to be unguessable by other clients: a hash of
+        // the pid under this process's random keys.
+        let secret = self.keys.hash_one(pid) as i32;
+        self.lock_keys().insert((pid, secret), interrupt);
+        (pid, secret)
+    }
+
+    fn unregister(&self, key: (i32, i32)) {
+        self.lock_keys().remove(&key);
+    }
+
+    fn cancel(&self, key: (i32, i32)) -> bool {
+        let interrupt = self.lock_keys().get(&key).cloned();
+        match interrupt {
+            Some(i) => {
+                i.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn lock_keys(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, i32), Arc<Interrupt>>> {
+        self.cancel_keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A bound server; [`Server::serve`] accepts connections until the future is
+/// dropped.
+pub struct Server {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    pub async fn bind(engine: Arc<Engine>, config: ServerConfig) -> Result<Server, ServerError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        Ok(Server {
+            listener,
+            shared: Arc::new(Shared {
+                engine,
+                config,
+                connections: AtomicUsize::new(0),
+                next_pid: AtomicI32::new(1),
+                cancel_keys: Mutex::new(HashMap::new()),
+                keys: RandomState::new(),
+            }),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// State shared with the connections (connection count, engine).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Accepts connections forever, one task each.
+    pub async fn serve(self) -> Result<(), ServerError> {
+        loop {
+            let (stream, _) = match self.listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait and go on.
+                    eprintln!("stride: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                connection::serve(stream, shared).await;
+            });
+        }
+    }
+}

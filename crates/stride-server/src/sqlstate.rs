@@ -1,0 +1,112 @@
+//! Engine errors as PostgreSQL SQLSTATE codes.
+
+use stride_sql::SqlError;
+
+pub const SYNTAX_ERROR: &str = "42601";
+pub const UNDEFINED_TABLE: &str = "42P01";
+pub const UNDEFINED_COLUMN: &str = "42703";
+pub const UNDEFINED_FUNCTION: &str = "42883";
+pub const UNDEFINED_OBJECT: &str = "42704";
+pub const INVALID_SCHEMA_NAME: &str = "3F000";
+pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+pub const QUERY_CANCELED: &str = "57014";
+pub const PROTOCOL_VIOLATION: &str = "08P01";
+pub const INVALID_PASSWORD: &str = "28P01";
+pub const TOO_MANY_CONNECTIONS: &str = "53300";
+pub const INVALID_PARAMETER_VALUE: &str = "22023";
+pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
+pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+pub const INVALID_CURSOR_NAME: &str = "34000";
+pub const DATA_EXCEPTION: &str = "22000";
+pub const DIVISION_BY_ZERO: &str = "22012";
+pub const CARDINALITY_VIOLATION: &str = "21000";
+pub const DUPLICATE_OBJECT: &str = "42710";
+pub const DATATYPE_MISMATCH: &str = "42804";
+pub const INTERNAL_ERROR: &str = "XX000";
+
+/// The SQLSTATE of an engine error.
+pub fn of(e: &SqlError) -> &'static str {
+    match e {
+        SqlError::Syntax(_) => SYNTAX_ERROR,
+        SqlError::Undefined(m) => {
+            let m = m.to_ascii_lowercase();
+            if m.contains("schema") {
+                INVALID_SCHEMA_NAME
+            } else if m.contains("column") || m.contains("field") {
+                UNDEFINED_COLUMN
+            } else if m.contains("function") {
+                UNDEFINED_FUNCTION
+            } else {
+                UNDEFINED_TABLE
+            }
+        }
+        SqlError::Unsupported(_) => FEATURE_NOT_SUPPORTED,
+        SqlError::Plan(m) => {
+            let m = m.to_ascii_lowercase();
+            if m.contains("invalid function") || m.contains("no function matches") {
+                UNDEFINED_FUNCTION
+            } else if m.contains("cannot") && m.contains("type") || m.contains("coerc") {
+                DATATYPE_MISMATCH
+            } else {
+                SYNTAX_ERROR_OR_ACCESS_RULE
+            }
+        }
+        SqlError::Setting(m) => {
+            if m.contains("unrecognized") {
+                UNDEFINED_OBJECT
+            } else {
+                INVALID_PARAMETER_VALUE
+            }
+        }
+        SqlError::Cancelled => QUERY_CANCELED,
+        SqlError::Exec(e) => {
+            let m = e.to_string().to_ascii_lowercase();
+            if m.contains("cancelled") || m.contains("canceled") {
+                QUERY_CANCELED
+            } else if m.contains("divide by zero") || m.contains("division by zero") {
+                DIVISION_BY_ZERO
+            } else if m.contains("more than one row") {
+                CARDINALITY_VIOLATION
+            } else if m.contains("overflow") || m.contains("cast") || m.contains("parse") {
+                DATA_EXCEPTION
+            } else {
+                INTERNAL_ERROR
+            }
+        }
+        SqlError::Storage(e) => {
+            let m = e.to_string().to_ascii_lowercase();
+            if m.contains("already exists") {
+                DUPLICATE_OBJECT
+            } else if m.contains("does not exist") || m.contains("not found") {
+                UNDEFINED_TABLE
+            } else {
+                DATA_EXCEPTION
+            }
+        }
+        SqlError::Internal(_) => INTERNAL_ERROR,
+    }
+}
+
+/// Class 42 without a more specific code.
+const SYNTAX_ERROR_OR_ACCESS_RULE: &str = "42000";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_by_kind() {
+        assert_eq!(of(&SqlError::Syntax("x".into())), "42601");
+        assert_eq!(
+            of(&SqlError::Undefined("table \"t\" does not exist".into())),
+            "42P01"
+        );
+        assert_eq!(
+            of(&SqlError::Undefined("schema \"s\" does not exist".into())),
+            "3F000"
+        );
+        assert_eq!(of(&SqlError::Unsupported("x".into())), "0A000");
+        assert_eq!(of(&SqlError::Cancelled), "57014");
+        assert_eq!(of(&SqlError::Internal("x".into())), "XX000");
+    }
+}

@@ -1,0 +1,279 @@
+//! The engine's record of active and recent queries, shown by the system
+//! views `stride.queries` and `stride.workers` (see [`system_table`]).
+//!
+//! Every query a session runs (one statement, including a statement's
+//! scalar subqueries) is registered when it starts and moved to a bounded
+//! ring of recent queries when it ends, with the scheduler's accounting.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use arrow::record_batch::RecordBatch;
+use stride_exec::QueryStats;
+use stride_storage::Table;
+
+use crate::error::Result;
+
+/// How many finished queries `stride.queries` keeps.
+pub const RECENT_QUERIES: usize = 1000;
+
+/// The name of the schema that holds the system views.
+pub const SYSTEM_SCHEMA: &str = "stride";
+
+/// One query as the system view shows it.
+#[derive(Debug, Clone)]
+pub struct QueryRecord {
+    pub query_id: u64,
+    pub session_id: u64,
+    pub user: String,
+    pub sql: String,
+    /// `running`, `done`, `failed` or `cancelled`.
+    pub state: &'static str,
+    pub error: Option<String>,
+    pub started_at: SystemTime,
+    started: Instant,
+    pub latency: Option<Duration>,
+    pub stats: QueryStats,
+    pub user_priority: f64,
+    pub policy: String,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    active: BTreeMap<u64, QueryRecord>,
+    recent: VecDeque<QueryRecord>,
+}
+
+/// Active and recent queries of an engine.
+#[derive(Debug, Default)]
+pub struct QueryLog {
+    /// Source of query ids; Relaxed: ids only need to be unique.
+    next_id: AtomicU64,
+    inner: Mutex<Inner>,
+}
+
+/// Who ran a query and how it was scheduled.
+#[derive(Debug, Clone)]
+pub struct QueryOrigin<'a> {
+    pub session_id: u64,
+    pub user: &'a str,
+    pub user_priority: f64,
+    pub policy: String,
+}
+
+impl QueryLog {
+    /// Registers a starting query; returns its id.
+    pub fn start(&self, origin: QueryOrigin<'_>, sql: &str) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let record = QueryRecord {
+            query_id: id,
+            session_id: origin.session_id,
+            user: origin.user.to_string(),
+            sql: sql.chars().take(4096).collect(),
+            state: "running",
+            error: None,
+            started_at: SystemTime::now(),
+            started: Instant::now(),
+            latency: None,
+            stats: QueryStats::default(),
+            user_priority: origin.user_priority,
+            policy: origin.policy,
+        };
+        self.lock().active.insert(id, record);
+        id
+    }
+
+    /// Moves query `id` to the recent ring with its outcome.
+    pub fn finish(
+        &self,
+        id: u64,
+        outcome: std::result::Result<&QueryStats, (&'static str, String)>,
+    ) {
+        let mut inner = self.lock();
+        let Some(mut record) = inner.active.remove(&id) else {
+            return;
+        };
+        record.latency = Some(record.started.elapsed());
+        match outcome {
+            Ok(stats) => {
+                record.state = "done";
+                record.stats = stats.clone();
+            }
+            Err((state, message)) => {
+                record.state = state;
+                record.error = Some(message);
+            }
+        }
+        if inner.recent.len() == RECENT_QUERIES {
+            inner.recent.pop_front();
+        }
+        inner.recent.push_back(record);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Running queries first (oldest first), then recent ones (newest first).
+    pub fn snapshot(&self) -> Vec<QueryRecord> {
+        let inner = self.lock();
+        let mut out: Vec<QueryRecord> = inner.active.values().cloned().collect();
+        out.extend(inner.recent.iter().rev().cloned());
+        out
+    }
+
+    /// Number of running queries.
+    pub fn active(&self) -> usize {
+        self.lock().active.len()
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn micros(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// Builds the system view `stride.<name>` as a table snapshot, or `None` if
+/// there is no such view.
+pub fn system_table(
+    name: &str,
+    log: &QueryLog,
+    scheduler: &stride_sched::Scheduler,
+) -> Result<Option<Table>> {
+    match name {
+        "queries" => queries_table(log).map(Some),
+        "workers" => workers_table(scheduler).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn queries_table(log: &QueryLog) -> Result<Table> {
+    let rows = log.snapshot();
+    let now = Instant::now();
+    let f = |name: &str, t: DataType| Field::new(name, t, true);
+    let schema = Arc::new(Schema::new(vec![
+        f("query_id", DataType::Int64),
+        f("session_id", DataType::Int64),
+        f("usename", DataType::Utf8),
+        f("state", DataType::Utf8),
+        f("query", DataType::Utf8),
+        f("error", DataType::Utf8),
+        f(
+            "started_at",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+        ),
+        f("latency_ms", DataType::Float64),
+        f("queue_wait_ms", DataType::Float64),
+        f("cpu_ms", DataType::Float64),
+        f("finalize_ms", DataType::Float64),
+        f("task_sets", DataType::Int64),
+        f("tasks", DataType::Int64),
+        f("morsels", DataType::Int64),
+        f("tuples", DataType::Int64),
+        f("avg_morsel_tuples", DataType::Float64),
+        f("policy", DataType::Utf8),
+        f("user_priority", DataType::Float64),
+    ]));
+    let done = |r: &QueryRecord| r.state != "running";
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|r| r.query_id as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|r| r.session_id as i64),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.user.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.state))),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.sql.as_str()),
+        )),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.error.as_deref()),
+        )),
+        Arc::new(TimestampMicrosecondArray::from_iter_values(
+            rows.iter().map(|r| micros(r.started_at)),
+        )),
+        Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| {
+            ms(r.latency.unwrap_or_else(|| now.duration_since(r.started)))
+        }))),
+        Arc::new(Float64Array::from_iter(
+            rows.iter().map(|r| done(r).then(|| ms(r.stats.queue_wait))),
+        )),
+        Arc::new(Float64Array::from_iter(
+            rows.iter().map(|r| done(r).then(|| ms(r.stats.cpu_time))),
+        )),
+        Arc::new(Float64Array::from_iter(
+            rows.iter()
+                .map(|r| done(r).then(|| ms(r.stats.finalize_time))),
+        )),
+        Arc::new(Int64Array::from_iter(
+            rows.iter()
+                .map(|r| done(r).then_some(r.stats.task_sets as i64)),
+        )),
+        Arc::new(Int64Array::from_iter(
+            rows.iter().map(|r| done(r).then_some(r.stats.tasks as i64)),
+        )),
+        Arc::new(Int64Array::from_iter(
+            rows.iter()
+                .map(|r| done(r).then_some(r.stats.morsels as i64)),
+        )),
+        Arc::new(Int64Array::from_iter(
+            rows.iter()
+                .map(|r| done(r).then_some(r.stats.tuples as i64)),
+        )),
+        Arc::new(Float64Array::from_iter(rows.iter().map(|r| {
+            (done(r) && r.stats.morsels > 0).then(|| r.stats.tuples as f64 / r.stats.morsels as f64)
+        }))),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.policy.as_str()),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            rows.iter().map(|r| r.user_priority),
+        )),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Table::new("queries".to_string(), schema, vec![batch])?)
+}
+
+fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
+    let config = scheduler.config();
+    let n = config.workers;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("worker", DataType::Int64, false),
+        Field::new("pinned", DataType::Boolean, false),
+        Field::new("policy", DataType::Utf8, false),
+        Field::new("t_max_ms", DataType::Float64, false),
+        Field::new("active_groups", DataType::Int64, false),
+    ]));
+    let policy = scheduler.policy().name().to_string();
+    let active = scheduler.active_groups() as i64;
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(0..n as i64)),
+        Arc::new(arrow::array::BooleanArray::from(vec![
+            config.pin_workers;
+            n
+        ])),
+        Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+            policy.as_str(),
+            n,
+        ))),
+        Arc::new(Float64Array::from_iter_values(std::iter::repeat_n(
+            ms(config.t_max),
+            n,
+        ))),
+        Arc::new(Int64Array::from_iter_values(std::iter::repeat_n(active, n))),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Table::new("workers".to_string(), schema, vec![batch])?)
+}

@@ -1,0 +1,215 @@
+//! Session settings: Stride's own (`stride.*`) and the PostgreSQL ones that
+//! clients set or query when they connect.
+//!
+//! | setting                      | scope   | values                                  |
+//! |------------------------------|---------|-----------------------------------------|
+//! | `stride.policy`              | engine  | a policy name ([`Policy::parse`])        |
+//! | `stride.user_priority`       | session | a number > 0 (scales p0 and p_min)       |
+//! | `stride.static_priority`     | session | on / off: this session's queries never decay |
+//! | `stride.workers`             | engine  | read-only                               |
+//! | `search_path`                | session | an existing schema                      |
+//! | PostgreSQL client settings   | session | see [`PG_SETTINGS`]                     |
+//!
+//! `stride.policy` is a property of the machine-wide scheduler: setting it in
+//! one session switches the policy every worker follows from its next
+//! decision on (there is one scheduler, and its policy is what the seeds'
+//! experiments compare). Unknown settings are an error, not silently kept.
+
+use std::collections::BTreeMap;
+
+use stride_sched::Policy;
+
+use crate::error::{Result, SqlError};
+
+/// PostgreSQL settings a client may read (and, where `settable`, write),
+/// with their values. Values other than the listed ones are rejected where
+/// Stride cannot honour them (e.g. a client encoding other than UTF8).
+pub const PG_SETTINGS: &[(&str, &str, bool)] = &[
+    ("server_version", "16.0", false),
+    ("server_version_num", "160000", false),
+    ("server_encoding", "UTF8", false),
+    ("client_encoding", "UTF8", true),
+    ("datestyle", "ISO, MDY", true),
+    ("timezone", "UTC", true),
+    ("intervalstyle", "postgres", true),
+    ("integer_datetimes", "on", false),
+    ("standard_conforming_strings", "on", false),
+    ("application_name", "", true),
+    ("extra_float_digits", "1", true),
+    ("transaction_isolation", "read committed", false),
+    ("default_transaction_read_only", "off", false),
+    ("is_superuser", "off", false),
+    ("max_identifier_length", "63", false),
+    ("statement_timeout", "0", true),
+    ("lc_messages", "C", false),
+];
+
+/// The per-session values.
+#[derive(Debug, Clone)]
+pub struct SessionSettings {
+    /// Scales p0 and p_min of this session's queries (seed 001 §3.2).
+    pub user_priority: f64,
+    /// This session's queries keep their initial priority.
+    pub static_priority: bool,
+    /// PostgreSQL settings, lower-case names.
+    pg: BTreeMap<String, String>,
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        SessionSettings {
+            user_priority: 1.0,
+            static_priority: false,
+            pg: PG_SETTINGS
+                .iter()
+                .map(|(k, v, _)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+}
+
+/// Parses `on/off/true/false/1/0`.
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(SqlError::Setting(format!(
+            "parameter \"{name}\" requires a Boolean value, got \"{value}\""
+        ))),
+    }
+}
+
+impl SessionSettings {
+    /// Applies a session-scoped setting. Engine-scoped ones (`stride.policy`)
+    /// are handled by the session; `name` is lower case.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        match name {
+            "stride.user_priority" => {
+                let p: f64 = value.parse().map_err(|_| {
+                    SqlError::Setting(format!(
+                        "stride.user_priority must be a number, got \"{value}\""
+                    ))
+                })?;
+                if !(p.is_finite() && p > 0.0 && p <= 1e6) {
+                    return Err(SqlError::Setting(format!(
+                        "stride.user_priority must be in (0, 1e6], got {value}"
+                    )));
+                }
+                self.user_priority = p;
+                Ok(())
+            }
+            "stride.static_priority" => {
+                self.static_priority = parse_bool(name, value)?;
+                Ok(())
+            }
+            "stride.workers" => Err(SqlError::Setting(
+                "stride.workers is read-only (start the server with --workers)".into(),
+            )),
+            _ => {
+                let Some((_, _, settable)) = PG_SETTINGS.iter().find(|(k, _, _)| *k == name) else {
+                    return Err(SqlError::Setting(format!(
+                        "unrecognized configuration parameter \"{name}\""
+                    )));
+                };
+                if !settable {
+                    return Err(SqlError::Setting(format!(
+                        "parameter \"{name}\" cannot be changed"
+                    )));
+                }
+                let accepted = match name {
+                    "client_encoding" => {
+                        let v = value.to_ascii_uppercase().replace(['-', '_'], "");
+                        (v == "UTF8" || v == "UNICODE").then(|| "UTF8".to_string())
+                    }
+                    "timezone" => matches!(
+                        value.to_ascii_uppercase().as_str(),
+                        "UTC" | "ETC/UTC" | "GMT" | "Z" | "UCT"
+                    )
+                    .then(|| "UTC".to_string()),
+                    "datestyle" => value
+                        .to_ascii_uppercase()
+                        .contains("ISO")
+                        .then(|| "ISO, MDY".to_string()),
+                    "extra_float_digits" | "statement_timeout" => {
+                        value.parse::<i64>().ok().map(|_| value.to_string())
+                    }
+                    _ => Some(value.to_string()),
+                };
+                match accepted {
+                    Some(v) => {
+                        self.pg.insert(name.to_string(), v);
+                        Ok(())
+                    }
+                    None => Err(SqlError::Setting(format!(
+                        "invalid value for parameter \"{name}\": \"{value}\" (Stride supports only {})",
+                        self.pg.get(name).map(String::as_str).unwrap_or("the default")
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// The value of a session-scoped setting (`None`: not one of them).
+    pub fn get(&self, name: &str) -> Option<String> {
+        match name {
+            "stride.user_priority" => Some(self.user_priority.to_string()),
+            "stride.static_priority" => {
+                Some(if self.static_priority { "on" } else { "off" }.to_string())
+            }
+            _ => self.pg.get(name).cloned(),
+        }
+    }
+
+    /// Every session-scoped setting (for `SHOW ALL`).
+    pub fn all(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self.pg.clone().into_iter().collect();
+        out.push((
+            "stride.user_priority".into(),
+            self.user_priority.to_string(),
+        ));
+        out.push((
+            "stride.static_priority".into(),
+            if self.static_priority { "on" } else { "off" }.into(),
+        ));
+        out.sort();
+        out
+    }
+}
+
+/// Parses a policy name for `SET stride.policy`.
+pub fn parse_policy(value: &str) -> Result<Policy> {
+    Policy::parse(value).ok_or_else(|| {
+        SqlError::Setting(format!(
+            "unknown policy \"{value}\" (try fifo, fair or stride)"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_priority_is_validated() {
+        let mut s = SessionSettings::default();
+        s.set("stride.user_priority", "2.5").unwrap();
+        assert_eq!(s.user_priority, 2.5);
+        for bad in ["0", "-1", "abc", "inf", "NaN"] {
+            assert!(s.set("stride.user_priority", bad).is_err(), "{bad}");
+        }
+        assert_eq!(s.user_priority, 2.5);
+    }
+
+    #[test]
+    fn pg_settings_accept_what_stride_honours_only() {
+        let mut s = SessionSettings::default();
+        s.set("client_encoding", "utf-8").unwrap();
+        assert_eq!(s.get("client_encoding").unwrap(), "UTF8");
+        assert!(s.set("client_encoding", "LATIN1").is_err());
+        s.set("application_name", "psql").unwrap();
+        assert_eq!(s.get("application_name").unwrap(), "psql");
+        assert!(s.set("server_version", "9.0").is_err());
+        assert!(s.set("no_such_thing", "1").is_err());
+        assert!(s.set("stride.workers", "4").is_err());
+    }
+}
