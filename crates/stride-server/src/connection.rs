@@ -417,6 +417,16 @@ impl Connection {
         f: impl FnOnce(&mut Session) -> R + Send + 'static,
     ) -> Result<R, Close> {
         let mut session = self.session.take().ok_or(Close::Fatal)?;
+        // statement_timeout (milliseconds; 0 = none) cancels like a client would.
+        let timeout = session
+            .settings()
+            .get("statement_timeout")
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis);
+        let deadline = tokio::time::sleep(timeout.unwrap_or(Duration::MAX / 4));
+        tokio::pin!(deadline);
+        let mut timing = timeout.is_some();
         let mut task = tokio::task::spawn_blocking(move || {
             let r = f(&mut session);
             (session, r)
@@ -436,6 +446,12 @@ impl Connection {
                             Err(Close::Fatal)
                         }
                     };
+                }
+                () = &mut deadline, if timing => {
+                    timing = false;
+                    if let Some(i) = &self.interrupt {
+                        i.cancel();
+                    }
                 }
                 gone = client_gone(self.reader.get_mut()), if watch => {
                     watch = false;

@@ -411,6 +411,23 @@ fn a_cancel_request_stops_the_running_query() {
     });
 }
 
+#[test]
+fn statement_timeout_cancels_a_long_query() {
+    runtime().block_on(async {
+        let client = connect("timeout").await;
+        client
+            .simple_query("set statement_timeout = 300")
+            .await
+            .unwrap();
+        let start = Instant::now();
+        let err = client.query(ENDLESS, &[]).await.expect_err("timed out");
+        assert_eq!(err.code().map(|c| c.code()), Some("57014"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(20));
+        // Short statements are unaffected.
+        still_usable(&client).await;
+    });
+}
+
 // ---- raw protocol ---------------------------------------------------------
 
 fn startup_packet(user: &str) -> Vec<u8> {
