@@ -9,7 +9,15 @@ use std::sync::{Arc, OnceLock};
 use stride_sched::Policy;
 use stride_sql::Engine;
 
-const POLICIES: [&str; 7] = ["fifo", "fair", "stride", "lottery", "srpt", "if-srpt", "threshold"];
+const POLICIES: [&str; 7] = [
+    "fifo",
+    "fair",
+    "stride",
+    "lottery",
+    "srpt",
+    "if-srpt",
+    "threshold",
+];
 
 fn engine() -> &'static Arc<Engine> {
     static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
@@ -55,7 +63,10 @@ fn run_all_concurrently(policy: &str) {
             }
         }
     });
-    assert_eq!(engine.scheduler().policy().name(), Policy::parse(policy).unwrap().name());
+    assert_eq!(
+        engine.scheduler().policy().name(),
+        Policy::parse(policy).unwrap().name()
+    );
 }
 
 /// One test, the policies in turn: they share one engine and the policy is
