@@ -12,6 +12,17 @@
 //! the `error` mutex or after the finalization counter's Acquire), the
 //! counters are summed once at completion, after the finalizer's Acquire on
 //! the finalization counter made every task's additions visible.
+//!
+//! **Per-query accounting** ([`QueryStats`]) costs a handful of Relaxed
+//! atomics per *task* (never per morsel: a task counts its morsel sizes in
+//! its own [`crate::TaskContext`] and adds them once when it returns): CPU
+//! time and morsels per task set, the morsel-size histogram (power-of-two
+//! buckets), smallest and largest morsel, and the priority the charging
+//! worker's [`crate::policy::StrideState`] gave the group. The priority
+//! trace takes its mutex at most once per `t_max` per group: a worker first
+//! claims the sampling instant with a CAS on `last_sample_ns`, and only the
+//! winner locks; the trace keeps at most [`PRIORITY_TRACE_LEN`] samples by
+//! dropping every other one and halving its sampling rate when full.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -45,16 +56,146 @@ pub struct QueryStats {
     pub tuples: u64,
     /// Number of task sets.
     pub task_sets: usize,
+    /// CPU time spent in tasks of each task set, in order (sums to
+    /// `cpu_time`).
+    pub task_set_cpu: Vec<Duration>,
+    /// Morsels processed by each task set, in order (sums to `morsels`).
+    pub task_set_morsels: Vec<u64>,
+    /// Smallest morsel (source tuples); 0 when no morsel ran.
+    pub morsel_tuples_min: u64,
+    /// Largest morsel (source tuples); 0 when no morsel ran.
+    pub morsel_tuples_max: u64,
+    /// Morsel sizes as `(upper bound, count)` per non-empty power-of-two
+    /// bucket, ascending: the bucket of bound `2^b` holds the morsels of
+    /// `2^(b-1) + 1 ..= 2^b` tuples (the bound-1 bucket: 0 or 1 tuple).
+    pub morsel_size_histogram: Vec<(u64, u64)>,
+    /// `(time since submission, priority)`: the group's priority as the
+    /// charging worker saw it right after charging a task; at most one
+    /// sample per `t_max`, at most [`PRIORITY_TRACE_LEN`] samples spread over
+    /// the whole query (see the module docs). Each worker keeps its own
+    /// priority per group (seed 001 §2.3), so consecutive samples may come
+    /// from different workers' views.
+    pub priority_trace: Vec<(Duration, f64)>,
+    /// The priority after the last charged task (as that worker saw it); 0
+    /// when no task ran.
+    pub final_priority: f64,
 }
 
-/// Counters updated by workers without the run-queue lock.
+/// Most samples a query's priority trace keeps.
+pub const PRIORITY_TRACE_LEN: usize = 256;
+
+/// Number of morsel-size buckets (bounds `2^0 ..= 2^63`).
+pub const MORSEL_BUCKETS: usize = 64;
+
+/// The bucket of a morsel of `tuples` tuples: the smallest `b` with
+/// `tuples <= 2^b` (capped at the last bucket).
+pub fn morsel_bucket(tuples: u64) -> usize {
+    if tuples <= 1 {
+        0
+    } else {
+        ((64 - (tuples - 1).leading_zeros()) as usize).min(MORSEL_BUCKETS - 1)
+    }
+}
+
+/// A bounded, evenly thinned priority trace.
 #[derive(Debug, Default)]
+pub(crate) struct PriorityTrace {
+    samples: Vec<(Duration, f64)>,
+    /// Keep every `stride`-th offered sample (doubles when full).
+    stride: u64,
+    offered: u64,
+}
+
+impl PriorityTrace {
+    pub(crate) fn offer(&mut self, at: Duration, priority: f64) {
+        let stride = self.stride.max(1);
+        if self.offered.is_multiple_of(stride) {
+            if self.samples.len() == PRIORITY_TRACE_LEN {
+                let mut i = 0;
+                self.samples.retain(|_| {
+                    i += 1;
+                    i % 2 == 1
+                });
+                self.stride = stride * 2;
+                // Stay on the new grid: this sample is kept only if it
+                // falls on it.
+                if !self.offered.is_multiple_of(self.stride) {
+                    self.offered += 1;
+                    return;
+                }
+            }
+            self.samples.push((at, priority));
+        }
+        self.offered += 1;
+    }
+}
+
+/// Counters updated by workers (Relaxed; read once at completion).
+#[derive(Debug)]
 pub(crate) struct GroupCounters {
     pub(crate) cpu_ns: AtomicU64,
     pub(crate) finalize_ns: AtomicU64,
     pub(crate) tasks: AtomicU64,
     pub(crate) morsels: AtomicU64,
     pub(crate) tuples: AtomicU64,
+    /// Per task set: CPU nanoseconds and morsels of its tasks.
+    pub(crate) task_set_cpu_ns: Vec<AtomicU64>,
+    pub(crate) task_set_morsels: Vec<AtomicU64>,
+    /// Morsels per size bucket ([`morsel_bucket`]).
+    pub(crate) morsel_buckets: Vec<AtomicU64>,
+    /// Smallest morsel (`u64::MAX`: none yet) and largest (`fetch_min` /
+    /// `fetch_max`).
+    pub(crate) morsel_min: AtomicU64,
+    pub(crate) morsel_max: AtomicU64,
+    /// `f64` bits of the priority after the last charge (stored Relaxed).
+    pub(crate) final_priority: AtomicU64,
+    /// Nanoseconds since submission of the last priority sample
+    /// (`u64::MAX`: none); claimed by CAS so that at most one worker per
+    /// `t_max` takes `priority_trace`'s mutex.
+    pub(crate) last_sample_ns: AtomicU64,
+    pub(crate) priority_trace: Mutex<PriorityTrace>,
+}
+
+impl GroupCounters {
+    fn new(task_sets: usize) -> Self {
+        GroupCounters {
+            cpu_ns: AtomicU64::new(0),
+            finalize_ns: AtomicU64::new(0),
+            tasks: AtomicU64::new(0),
+            morsels: AtomicU64::new(0),
+            tuples: AtomicU64::new(0),
+            task_set_cpu_ns: (0..task_sets).map(|_| AtomicU64::new(0)).collect(),
+            task_set_morsels: (0..task_sets).map(|_| AtomicU64::new(0)).collect(),
+            morsel_buckets: (0..MORSEL_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            morsel_min: AtomicU64::new(u64::MAX),
+            morsel_max: AtomicU64::new(0),
+            final_priority: AtomicU64::new(0f64.to_bits()),
+            last_sample_ns: AtomicU64::new(u64::MAX),
+            priority_trace: Mutex::new(PriorityTrace::default()),
+        }
+    }
+
+    /// A worker charged a task of the group at `at` (since submission) and
+    /// its view now gives the group `priority`: records the final priority
+    /// and, at most once per `t_max`, a trace sample.
+    pub(crate) fn sample_priority(&self, at: Duration, priority: f64, t_max: Duration) {
+        self.final_priority
+            .store(priority.to_bits(), Ordering::Relaxed);
+        let now = at.as_nanos() as u64;
+        let last = self.last_sample_ns.load(Ordering::Relaxed);
+        let due = last == u64::MAX || now >= last.saturating_add(t_max.as_nanos() as u64);
+        if due
+            && self
+                .last_sample_ns
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.priority_trace
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .offer(at, priority);
+        }
+    }
 }
 
 pub(crate) struct ResourceGroup {
@@ -70,6 +211,11 @@ pub(crate) struct ResourceGroup {
     /// Shared (`Arc`) so that a worker's local view can watch it without
     /// keeping the whole group alive.
     pub(crate) cancelled: Arc<AtomicBool>,
+    /// The scheduler's cancel epoch: bumped (Release) by
+    /// [`QueryHandle::cancel`] after setting `cancelled`; workers load it
+    /// (Acquire) per decision and rescan their active groups' flags when it
+    /// moved ([`crate::local`]).
+    pub(crate) cancel_epoch: Arc<AtomicU64>,
     /// Some task or finalization failed (`error` holds the first error). Set
     /// (Relaxed) after `error` was written; a hint for pickers.
     pub(crate) failed: AtomicBool,
@@ -82,14 +228,28 @@ pub(crate) struct ResourceGroup {
 }
 
 impl ResourceGroup {
+    /// A group with a cancel epoch of its own (unit tests).
+    #[cfg(test)]
     pub(crate) fn new(
         id: ResourceGroupId,
         task_sets: Vec<Arc<dyn TaskSetWork>>,
         facts: GroupFacts,
     ) -> Self {
+        ResourceGroup::with_cancel_epoch(id, task_sets, facts, Arc::default())
+    }
+
+    /// A group whose cancellation bumps `cancel_epoch` (the scheduler's).
+    pub(crate) fn with_cancel_epoch(
+        id: ResourceGroupId,
+        task_sets: Vec<Arc<dyn TaskSetWork>>,
+        facts: GroupFacts,
+        cancel_epoch: Arc<AtomicU64>,
+    ) -> Self {
         ResourceGroup {
             id,
             facts,
+            counters: GroupCounters::new(task_sets.len()),
+            cancel_epoch,
             morsel_states: task_sets.iter().map(|_| MorselState::default()).collect(),
             task_sets,
             submitted: Instant::now(),
@@ -97,7 +257,6 @@ impl ResourceGroup {
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
             started: OnceLock::new(),
-            counters: GroupCounters::default(),
             completion: Completion::default(),
         }
     }
@@ -142,6 +301,35 @@ impl ResourceGroup {
             morsels: c.morsels.load(Ordering::Relaxed),
             tuples: c.tuples.load(Ordering::Relaxed),
             task_sets: self.task_sets.len(),
+            task_set_cpu: c
+                .task_set_cpu_ns
+                .iter()
+                .map(|n| Duration::from_nanos(n.load(Ordering::Relaxed)))
+                .collect(),
+            task_set_morsels: c
+                .task_set_morsels
+                .iter()
+                .map(|n| n.load(Ordering::Relaxed))
+                .collect(),
+            morsel_tuples_min: match c.morsel_min.load(Ordering::Relaxed) {
+                u64::MAX => 0,
+                n => n,
+            },
+            morsel_tuples_max: c.morsel_max.load(Ordering::Relaxed),
+            morsel_size_histogram: c
+                .morsel_buckets
+                .iter()
+                .enumerate()
+                .map(|(b, n)| (1u64 << b, n.load(Ordering::Relaxed)))
+                .filter(|&(_, n)| n > 0)
+                .collect(),
+            priority_trace: c
+                .priority_trace
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .samples
+                .clone(),
+            final_priority: f64::from_bits(c.final_priority.load(Ordering::Relaxed)),
         }
     }
 }
@@ -228,11 +416,72 @@ impl QueryHandle {
     /// morsel; no further task of the query starts. Idempotent.
     pub fn cancel(&self) {
         self.group.cancelled.store(true, Ordering::Relaxed);
+        self.group.cancel_epoch.fetch_add(1, Ordering::Release);
     }
 
     /// Blocks the calling thread (never a worker) until the query completed,
     /// failed or was cancelled.
     pub fn wait(self) -> Result<QueryStats, QueryError> {
         self.group.completion.wait()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn morsel_buckets_are_powers_of_two() {
+        assert_eq!(morsel_bucket(0), 0);
+        assert_eq!(morsel_bucket(1), 0);
+        assert_eq!(morsel_bucket(2), 1);
+        assert_eq!(morsel_bucket(3), 2);
+        assert_eq!(morsel_bucket(4), 2);
+        assert_eq!(morsel_bucket(5), 3);
+        assert_eq!(morsel_bucket(1 << 20), 20);
+        assert_eq!(morsel_bucket((1 << 20) + 1), 21);
+        assert_eq!(morsel_bucket(u64::MAX), MORSEL_BUCKETS - 1);
+    }
+
+    #[test]
+    fn the_priority_trace_stays_bounded_and_spans_the_whole_query() {
+        let mut t = PriorityTrace::default();
+        let n = 10_000u64;
+        for i in 0..n {
+            t.offer(Duration::from_millis(i), i as f64);
+        }
+        assert!(t.samples.len() <= PRIORITY_TRACE_LEN);
+        assert!(
+            t.samples.len() > PRIORITY_TRACE_LEN / 2,
+            "{}",
+            t.samples.len()
+        );
+        assert_eq!(t.samples[0].1, 0.0);
+        // Evenly thinned: equal gaps, and the last sample near the end.
+        let gap = t.samples[1].1 - t.samples[0].1;
+        assert!(t.samples.windows(2).all(|w| w[1].1 - w[0].1 == gap));
+        assert!(t.samples.last().unwrap().1 >= (n as f64) - 2.0 * gap);
+        // Short traces keep every sample.
+        let mut short = PriorityTrace::default();
+        for i in 0..10 {
+            short.offer(Duration::from_millis(i), 1.0);
+        }
+        assert_eq!(short.samples.len(), 10);
+    }
+
+    #[test]
+    fn priority_samples_are_rate_limited_to_one_per_t_max() {
+        let c = GroupCounters::new(1);
+        let t_max = Duration::from_millis(2);
+        for us in (0..10_000).step_by(100) {
+            c.sample_priority(Duration::from_micros(us), 5.0, t_max);
+        }
+        // 10 ms at one sample per 2 ms.
+        let n = c.priority_trace.lock().unwrap().samples.len();
+        assert_eq!(n, 5);
+        assert_eq!(
+            f64::from_bits(c.final_priority.load(Ordering::Relaxed)),
+            5.0
+        );
     }
 }

@@ -41,7 +41,9 @@
 //! * [`scheduler`] — the public handle: configuration, submission, shutdown;
 //! * [`overhead`] — measuring the cost of one scheduling decision;
 //! * [`sim`] — a simulator that runs the policy code with a virtual clock;
-//! * [`tuning`] — self-tuning of the decay parameters (seed 001 §4).
+//! * [`tuning`] — self-tuning of the decay parameters (seed 001 §4), also
+//!   inside the running scheduler ([`SchedulerConfig::tuning`]);
+//! * [`trace`] — per-task records for timeline traces.
 
 pub mod admission;
 pub mod cancel;
@@ -58,6 +60,7 @@ pub mod sim;
 pub mod slots;
 pub mod sync;
 pub mod task;
+pub mod trace;
 pub mod tuning;
 pub mod worker;
 
@@ -69,4 +72,6 @@ pub use policy::{DecayParams, GroupFacts, Policy, TaskSetEstimate, ThresholdPara
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use sim::{SimConfig, SimJob, SimResult, SimTaskSet};
 pub use task::{QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork};
-pub use tuning::{TrackedWorkload, Tracker, TuningConfig, TuningResult};
+pub use trace::{TaskRecord, Tracer};
+pub use tuning::{TrackedWorkload, Tracker, TuningConfig, TuningReport, TuningResult};
+pub use worker::WorkerStats;

@@ -20,8 +20,26 @@
 //! Groups are identified by their id (unique per scheduler), task sets by
 //! their index; nothing here dereferences an entry — the worker passes
 //! `learn` an entry it is pinned to.
+//!
+//! **Cached ranks.** For policies whose ranks are stable between a group's
+//! own state changes ([`Policy::rank_is_stable`]: all but lottery) the view
+//! keeps each slot's `(rank, arrival)` in a tournament tree ([`RankTree`]):
+//! a leaf is rewritten, and its path to the root replayed (`log2 slots`
+//! comparisons), only when the slot's state changes — activation (enter or
+//! next task set), charge, deactivation — and every leaf when the policy
+//! changes or THRESHOLD's load regime ([`Policy::high_load`], a function of
+//! the number of active slots) flips. A decision then reads the root: its
+//! cost no longer grows with the number of active groups. Lottery draws
+//! fresh ranks per decision and keeps the linear scan.
+//!
+//! **Cancellation.** A cancelled group is served first (so that its
+//! finalizer runs promptly). Rather than loading every active group's flag
+//! per decision, the worker compares the scheduler's cancel epoch (bumped by
+//! every cancel) with the one it last saw and only then rescans the flags
+//! ([`LocalState::note_cancellations`]); a slot seen cancelled gets a bit in
+//! the `cancelled` mask, which the decision checks before the tree.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,19 +60,99 @@ struct LocalSlot {
     cancelled: Option<Arc<AtomicBool>>,
 }
 
+/// `(rank, arrival)` of a slot; smaller is served first.
+type Key = (f64, u64);
+
+/// The key of an inactive slot: behind every active one.
+const IDLE_KEY: Key = (f64::INFINITY, u64::MAX);
+
+/// The order of a decision: smaller rank, ties to the earlier arrival (and,
+/// in the tree and in the scan alike, to the smaller slot index).
+fn before(a: Key, b: Key) -> bool {
+    a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
+}
+
+/// A tournament tree over the slots: `winner[i]` is the slot of smallest
+/// key below node `i` (node 1 is the root, nodes `leaves..2·leaves` are the
+/// slots themselves, padded to a power of two with idle leaves).
+#[derive(Debug)]
+struct RankTree {
+    leaves: usize,
+    keys: Vec<Key>,
+    winner: Vec<u32>,
+}
+
+impl RankTree {
+    fn new(slots: usize) -> Self {
+        let leaves = slots.max(1).next_power_of_two();
+        let mut winner = vec![0u32; 2 * leaves];
+        for k in 0..leaves {
+            winner[leaves + k] = k as u32;
+        }
+        let mut tree = RankTree {
+            leaves,
+            keys: vec![IDLE_KEY; leaves],
+            winner,
+        };
+        tree.rebuild();
+        tree
+    }
+
+    fn play(&mut self, i: usize) {
+        let (l, r) = (self.winner[2 * i], self.winner[2 * i + 1]);
+        self.winner[i] = if before(self.keys[r as usize], self.keys[l as usize]) {
+            r
+        } else {
+            l
+        };
+    }
+
+    /// Sets slot `k`'s key and replays its path to the root.
+    fn set(&mut self, k: usize, key: Key) {
+        self.keys[k] = key;
+        let mut i = (self.leaves + k) / 2;
+        while i >= 1 {
+            self.play(i);
+            i /= 2;
+        }
+    }
+
+    /// Replays every match (after many keys changed).
+    fn rebuild(&mut self) {
+        for i in (1..self.leaves).rev() {
+            self.play(i);
+        }
+    }
+
+    /// The slot of smallest key (idle if no slot is active).
+    fn best(&self) -> usize {
+        self.winner[1] as usize
+    }
+}
+
 /// One worker's scheduling state.
 #[derive(Debug)]
 pub(crate) struct LocalState {
     slots: Vec<LocalSlot>,
     /// Activity mask: bit `k` set iff slot `k` is locally active.
     active: Vec<u64>,
+    /// Bit `k`: slot `k`'s group was seen cancelled (cleared on deactivation).
+    cancelled: Vec<u64>,
     active_count: usize,
     virtual_time: f64,
-    pub(crate) policy: Policy,
+    policy: Policy,
     /// The policy epoch `policy` was read at.
     pub(crate) policy_epoch: u64,
+    /// The scheduler's cancel epoch at the last flag scan.
+    cancel_epoch: u64,
     rng: Rng,
     workers: usize,
+    /// Cached keys of the active slots (valid iff `cached`).
+    ranks: RankTree,
+    /// `policy.rank_is_stable()`: the tree is maintained and decides.
+    cached: bool,
+    /// THRESHOLD's load regime the cached ranks were computed in.
+    high_load: bool,
 }
 
 impl LocalState {
@@ -69,12 +167,83 @@ impl LocalState {
                 })
                 .collect(),
             active: vec![0; words_for(slots)],
+            cancelled: vec![0; words_for(slots)],
             active_count: 0,
             virtual_time: 0.0,
+            cached: policy.rank_is_stable(),
+            high_load: policy.high_load(0, workers),
             policy,
             policy_epoch: 0,
+            cancel_epoch: 0,
             rng: Rng::new(0x5EED ^ worker as u64),
             workers,
+            ranks: RankTree::new(slots),
+        }
+    }
+
+    pub(crate) fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Follows a new policy (after `set_policy`): every cached rank is
+    /// recomputed; passes and priorities are kept.
+    pub(crate) fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+        self.cached = self.policy.rank_is_stable();
+        self.high_load = self.policy.high_load(self.active_count, self.workers);
+        if self.cached {
+            self.refresh_all();
+        }
+    }
+
+    /// The current priority of slot `k`'s group, as this worker sees it.
+    pub(crate) fn priority(&self, k: usize) -> f64 {
+        self.slots[k].stride.priority
+    }
+
+    fn key(&mut self, k: usize) -> Key {
+        let mut ctx = RankContext {
+            active_groups: self.active_count,
+            workers: self.workers,
+            rng: &mut self.rng,
+        };
+        let s = &self.slots[k].stride;
+        (s.rank(&self.policy, &mut ctx), s.arrival)
+    }
+
+    /// Recomputes the key of every slot (idle for inactive ones).
+    fn refresh_all(&mut self) {
+        for k in 0..self.slots.len() {
+            let key = if self.is_active(k) {
+                self.key(k)
+            } else {
+                IDLE_KEY
+            };
+            self.ranks.keys[k] = key;
+        }
+        self.ranks.rebuild();
+    }
+
+    /// Slot `k`'s state changed: its cached key follows.
+    fn refresh(&mut self, k: usize) {
+        if self.cached {
+            let key = if self.is_active(k) {
+                self.key(k)
+            } else {
+                IDLE_KEY
+            };
+            self.ranks.set(k, key);
+        }
+    }
+
+    /// The number of active slots changed: THRESHOLD may switch regime.
+    fn load_changed(&mut self) {
+        let high = self.policy.high_load(self.active_count, self.workers);
+        if high != self.high_load {
+            self.high_load = high;
+            if self.cached {
+                self.refresh_all();
+            }
         }
     }
 
@@ -83,7 +252,9 @@ impl LocalState {
         if self.active[w] & b == 0 {
             self.active[w] |= b;
             self.active_count += 1;
+            self.load_changed();
         }
+        self.refresh(k);
     }
 
     pub(crate) fn is_active(&self, k: usize) -> bool {
@@ -93,11 +264,14 @@ impl LocalState {
     /// Event 1 seen: the slot's task set is exhausted.
     pub(crate) fn deactivate(&mut self, k: usize) {
         let (w, b) = (k / 64, 1u64 << (k % 64));
+        self.cancelled[w] &= !b;
+        self.slots[k].cancelled = None;
         if self.active[w] & b != 0 {
             self.active[w] &= !b;
             self.active_count -= 1;
+            self.refresh(k);
+            self.load_changed();
         }
-        self.slots[k].cancelled = None;
     }
 
     /// The slot is empty: its group left.
@@ -158,45 +332,75 @@ impl LocalState {
             s.stride
                 .task_set_activated(&self.policy, entry.task_set, now);
         }
+        if group.cancelled.load(Ordering::Relaxed) {
+            self.cancelled[k / 64] |= 1u64 << (k % 64);
+        }
         self.slots[k].cancelled = Some(group.cancelled.clone());
         self.activate(k);
     }
 
+    /// `epoch` is the scheduler's cancel epoch (loaded Acquire, pairing
+    /// with the Release bump after a group's flag was set): when it moved
+    /// since the last call, every active slot's flag is checked once.
+    pub(crate) fn note_cancellations(&mut self, epoch: u64) {
+        if epoch == self.cancel_epoch {
+            return;
+        }
+        self.cancel_epoch = epoch;
+        let mut seen = Vec::new();
+        self.for_each_active(|k, this| {
+            if this.slots[k]
+                .cancelled
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::Relaxed))
+            {
+                seen.push(k);
+            }
+        });
+        for k in seen {
+            self.cancelled[k / 64] |= 1u64 << (k % 64);
+        }
+    }
+
     /// The policy's choice among the active slots: the smallest rank, ties to
-    /// the earlier arrival; a slot whose group was cancelled comes first.
+    /// the earlier arrival; a slot whose group was seen cancelled comes first.
     pub(crate) fn choose(&mut self) -> Option<usize> {
+        for (i, (&a, &c)) in self.active.iter().zip(&self.cancelled).enumerate() {
+            let bits = a & c;
+            if bits != 0 {
+                return Some(i * 64 + bits.trailing_zeros() as usize);
+            }
+        }
+        if self.cached {
+            let k = self.ranks.best();
+            return (k < self.slots.len() && self.is_active(k)).then_some(k);
+        }
         let mut ctx = RankContext {
             active_groups: self.active_count,
             workers: self.workers,
             rng: &mut self.rng,
         };
-        let mut best: Option<(f64, u64, usize)> = None;
+        let mut best: Option<(Key, usize)> = None;
         for (i, &word) in self.active.iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
                 let k = i * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                let s = &self.slots[k];
-                if s.cancelled
-                    .as_ref()
-                    .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
-                {
-                    return Some(k);
-                }
-                let rank = s.stride.rank(&self.policy, &mut ctx);
-                let arrival = s.stride.arrival;
+                let s = &self.slots[k].stride;
+                let key = (s.rank(&self.policy, &mut ctx), s.arrival);
                 match best {
-                    Some((r, a, _)) if (rank, arrival) >= (r, a) => {}
-                    _ => best = Some((rank, arrival, k)),
+                    Some((b, _)) if !before(key, b) => {}
+                    _ => best = Some((key, k)),
                 }
             }
         }
-        best.map(|(_, _, k)| k)
+        best.map(|(_, k)| k)
     }
 
     /// Charges a task of slot `k` that ran for `ran`.
     pub(crate) fn charge(&mut self, k: usize, ran: Duration, t_max: Duration) {
         self.slots[k].stride.charge(&self.policy, ran, t_max);
+        self.refresh(k);
     }
 }
 
@@ -246,5 +450,106 @@ mod tests {
         l.learn(0, &next);
         assert!(l.knows(0, &next));
         assert!(l.slots[0].stride.pass >= pass);
+    }
+
+    /// The decision by a full scan of fresh ranks (what the tree caches).
+    fn reference_choice(l: &mut LocalState) -> Option<usize> {
+        let mut best: Option<(Key, usize)> = None;
+        for k in 0..l.slots.len() {
+            if !l.is_active(k) {
+                continue;
+            }
+            let key = l.key(k);
+            if best.is_none_or(|(b, _)| before(key, b)) {
+                best = Some((key, k));
+            }
+        }
+        best.map(|(_, k)| k)
+    }
+
+    #[test]
+    fn cached_ranks_decide_like_a_full_scan_under_every_stable_policy() {
+        use crate::policy::{DecayParams, TaskSetEstimate, ThresholdParams};
+        let policies = [
+            Policy::Fifo,
+            Policy::Fair,
+            Policy::Stride(DecayParams {
+                d_start: 2,
+                ..DecayParams::default()
+            }),
+            Policy::Srpt,
+            Policy::IfSrpt,
+            // Two workers: the regime flips between 2 and 3 active slots.
+            Policy::Threshold(ThresholdParams { load: 1.0 }),
+        ];
+        let t = Duration::from_millis(2);
+        for policy in policies {
+            // Few slots for THRESHOLD, so that the number of active ones
+            // keeps crossing the threshold; two mask words otherwise.
+            let n = if policy.name() == "threshold" { 5 } else { 70 };
+            let mut l = LocalState::new(n, 2, policy.clone(), 0);
+            let mut rng = Rng::new(7);
+            let mut id = 0;
+            for step in 0..3000 {
+                let k = (rng.next_f64() * n as f64) as usize % n;
+                match (rng.next_f64() * 4.0) as u32 {
+                    0 => {
+                        id += 1;
+                        let facts = GroupFacts {
+                            estimates: Some(vec![
+                                TaskSetEstimate {
+                                    work: Duration::from_micros(id % 7 * 900),
+                                    elastic: id % 3 == 0,
+                                };
+                                2
+                            ]),
+                            ..GroupFacts::default()
+                        };
+                        let group = Arc::new(ResourceGroup::new(id, Vec::new(), facts));
+                        l.learn(k, &TaskSetEntry::new(group, 0, k, id));
+                    }
+                    1 => l.deactivate(k),
+                    _ => {
+                        if let Some(c) = l.choose() {
+                            let ran = Duration::from_micros((rng.next_f64() * 3000.0) as u64);
+                            l.charge(c, ran, t);
+                        }
+                    }
+                }
+                if step == 1500 {
+                    // A policy switch recomputes every cached rank.
+                    l.set_policy(policy.clone());
+                }
+                assert_eq!(
+                    l.choose(),
+                    reference_choice(&mut l),
+                    "{policy:?} step {step}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_cancelled_group_is_chosen_first_once_the_epoch_moves() {
+        let mut l = LocalState::new(4, 1, Policy::Fifo, 0);
+        let first = entry(1, 0, 0);
+        let second = entry(2, 0, 1);
+        l.learn(0, &first);
+        l.learn(2, &second);
+        assert_eq!(l.choose(), Some(0));
+        second.group.cancelled.store(true, Ordering::Relaxed);
+        // Without a new epoch the flag is not rescanned ...
+        l.note_cancellations(0);
+        assert_eq!(l.choose(), Some(0));
+        // ... with one it is.
+        l.note_cancellations(1);
+        assert_eq!(l.choose(), Some(2));
+        l.deactivate(2);
+        assert_eq!(l.choose(), Some(0));
+        // A group learned while cancelled is first at once.
+        let third = entry(3, 0, 2);
+        third.group.cancelled.store(true, Ordering::Relaxed);
+        l.learn(3, &third);
+        assert_eq!(l.choose(), Some(3));
     }
 }

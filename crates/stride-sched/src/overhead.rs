@@ -4,9 +4,10 @@
 //! masks, pins) with `active_groups` resource groups whose single task set
 //! does no work: each task returns at once (until the measurement stops).
 //! Every worker then spends its time on the decision path — account and
-//! charge the returned task, unpin, read the idle epoch, check the policy
-//! epoch, pull the update masks, rank the active slots, pin, read the slot,
-//! set up the task context.
+//! charge the returned task (updating its cached rank), unpin, read the idle
+//! epoch, check the policy and cancel epochs, pull the update masks, take
+//! the slot of smallest rank (the root of the worker's rank tree, see
+//! `local.rs`), pin, read the slot, set up the task context.
 //!
 //! What is measured, per worker: the time from the moment `run_task`
 //! returned to the moment the next `run_task` is called, with
@@ -162,6 +163,7 @@ pub fn measure_decision_overhead(
         morsels: MorselPolicy::Fixed(1),
         policy: Policy::Stride(DecayParams::default()),
         slots: active_groups.max(SchedulerConfig::default().slots),
+        ..SchedulerConfig::default()
     };
     let scheduler = Scheduler::start(config, Some(log.clone()));
     let stop = Arc::new(AtomicBool::new(false));

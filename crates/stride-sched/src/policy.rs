@@ -175,6 +175,26 @@ impl Policy {
         }
     }
 
+    /// Whether a group's [`StrideState::rank`] changes only when its own
+    /// state does ([`StrideState::enter`], [`StrideState::task_set_activated`],
+    /// [`StrideState::charge`]) or, for THRESHOLD, when the load regime
+    /// ([`Policy::high_load`]) flips. Such ranks can be cached between those
+    /// events (the worker's local view does). Lottery's ranks are fresh
+    /// random draws per decision: not stable.
+    pub fn rank_is_stable(&self) -> bool {
+        !matches!(self, Policy::Lottery)
+    }
+
+    /// THRESHOLD's load regime: `true` (rank as SRPT) while
+    /// `active_groups > load · workers`, `false` (IF-SRPT) otherwise. Every
+    /// other policy's ranks ignore the load: always `false`.
+    pub fn high_load(&self, active_groups: usize, workers: usize) -> bool {
+        match self {
+            Policy::Threshold(t) => active_groups as f64 > t.load * workers.max(1) as f64,
+            _ => false,
+        }
+    }
+
     /// This policy with its decay parameters replaced by `params` (what
     /// self-tuning pushes into the scheduler); other policies are returned
     /// unchanged.
@@ -437,9 +457,8 @@ impl StrideState {
             Policy::Lottery => ctx.rng.next_exp() / self.priority.max(1e-9),
             Policy::Srpt => self.srpt_rank(),
             Policy::IfSrpt => self.if_srpt_rank(),
-            Policy::Threshold(t) => {
-                let workers = ctx.workers.max(1) as f64;
-                if ctx.active_groups as f64 > t.load * workers {
+            Policy::Threshold(_) => {
+                if policy.high_load(ctx.active_groups, ctx.workers) {
                     self.srpt_rank()
                 } else {
                     self.if_srpt_rank()
@@ -690,6 +709,18 @@ mod tests {
             assert_eq!(Policy::parse(name).unwrap().name(), name);
         }
         assert_eq!(Policy::parse("IFSRPT"), Some(Policy::IfSrpt));
+    }
+
+    #[test]
+    fn only_lottery_ranks_are_unstable_and_only_threshold_sees_the_load() {
+        for name in ["fifo", "fair", "stride", "srpt", "if-srpt", "threshold"] {
+            assert!(Policy::parse(name).unwrap().rank_is_stable(), "{name}");
+        }
+        assert!(!Policy::Lottery.rank_is_stable());
+        let threshold = Policy::Threshold(ThresholdParams { load: 1.0 });
+        assert!(!threshold.high_load(4, 4));
+        assert!(threshold.high_load(5, 4));
+        assert!(!Policy::Srpt.high_load(100, 1));
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! §2.3: the slot array, the workers' pins and update masks, admission, and
 //! the idle protocol.
 
+use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::admission::{Admission, Admit};
 use crate::group::{QueryHandle, ResourceGroup, TaskSetEntry};
@@ -15,11 +16,13 @@ use crate::masks::{MaskKind, UpdateMasks};
 use crate::morsel::{AdaptiveMorsels, MorselPolicy};
 use crate::overhead::DecisionLog;
 use crate::pins::Pins;
-use crate::policy::{GroupFacts, Policy};
+use crate::policy::{DecayParams, GroupFacts, Policy};
 use crate::slots::SlotArray;
 use crate::sync::{lock, AtomicU64, Mutex, Ordering};
 use crate::task::{QueryError, TaskSetWork};
-use crate::worker;
+use crate::trace::Tracer;
+use crate::tuning::{TuningConfig, TuningReport, TUNING_REPORTS};
+use crate::worker::{self, WorkerCounters, WorkerStats};
 
 /// Scheduler settings.
 #[derive(Debug, Clone)]
@@ -37,6 +40,12 @@ pub struct SchedulerConfig {
     /// Number of slots: resource groups scheduled at once (seed 001 §2.3:
     /// 128). Further groups wait in admission's queue.
     pub slots: usize,
+    /// Self-tuning of the decay parameters (seed 001 §4: track 20 s every
+    /// 60 s on worker 0, then tune; see [`crate::tuning`]). `None` (the
+    /// default) keeps the policy as configured, so runs are reproducible.
+    pub tuning: Option<TuningConfig>,
+    /// Record every task and finalization step ([`crate::trace`]).
+    pub trace: Option<Arc<Tracer>>,
 }
 
 impl Default for SchedulerConfig {
@@ -48,6 +57,8 @@ impl Default for SchedulerConfig {
             morsels: MorselPolicy::Adaptive(AdaptiveMorsels::default()),
             policy: Policy::default(),
             slots: 128,
+            tuning: None,
+            trace: None,
         }
     }
 }
@@ -73,6 +84,18 @@ pub(crate) struct Shared {
     pub(crate) policy_epoch: AtomicU64,
     /// Decision measurement ([`crate::overhead`]); `None` normally.
     pub(crate) measure: Option<Arc<DecisionLog>>,
+    /// Bumped (Release) by every [`QueryHandle::cancel`] after it set the
+    /// group's flag; workers load it (Acquire) before each decision and
+    /// rescan their active groups' flags when it moved. A hint, like the
+    /// flags themselves: the finalizer re-checks cancellation.
+    pub(crate) cancel_epoch: Arc<StdAtomicU64>,
+    /// When the scheduler started (tuning periods, tracked arrivals).
+    pub(crate) started: Instant,
+    /// Per-worker statistics ([`WorkerCounters`]).
+    pub(crate) worker_counters: Vec<WorkerCounters>,
+    /// The last [`TUNING_REPORTS`] tuning runs; pushed under `policy`'s
+    /// lock together with the policy they set.
+    pub(crate) tuning_reports: Mutex<VecDeque<TuningReport>>,
 }
 
 impl Shared {
@@ -83,6 +106,30 @@ impl Shared {
             .install(slot, Box::new(TaskSetEntry::new(group, 0, slot, arrival)));
         self.masks.push(MaskKind::Change, slot);
         self.idle.wake();
+    }
+
+    /// Replaces the policy and tells the workers (they compare the epoch
+    /// before each decision).
+    pub(crate) fn set_policy(&self, policy: Policy) {
+        let mut current = lock(&self.policy);
+        *current = policy;
+        self.policy_epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// A tuning run finished: pushes `params` if the policy is still
+    /// decaying-priority stride scheduling, and keeps the report. Both under
+    /// the policy lock, so a reader that saw the new policy finds its report.
+    pub(crate) fn push_tuning(&self, params: DecayParams, report: TuningReport) {
+        let mut current = lock(&self.policy);
+        if let Policy::Stride(_) = *current {
+            *current = Policy::Stride(params);
+            self.policy_epoch.fetch_add(1, Ordering::Release);
+        }
+        let mut reports = lock(&self.tuning_reports);
+        if reports.len() == TUNING_REPORTS {
+            reports.pop_front();
+        }
+        reports.push_back(report);
     }
 
     /// The finalizer of a group's last task set gives up the group's slot:
@@ -124,6 +171,12 @@ impl Scheduler {
             policy: Mutex::new(config.policy.clone()),
             policy_epoch: AtomicU64::new(0),
             measure,
+            cancel_epoch: Arc::default(),
+            started: Instant::now(),
+            worker_counters: (0..config.workers)
+                .map(|_| WorkerCounters::default())
+                .collect(),
+            tuning_reports: Mutex::new(VecDeque::new()),
             config,
         });
         let workers = (0..shared.config.workers)
@@ -162,9 +215,25 @@ impl Scheduler {
     /// follows `policy` from its next scheduling decision on; groups keep
     /// their passes and priorities.
     pub fn set_policy(&self, policy: Policy) {
-        let mut current = lock(&self.shared.policy);
-        *current = policy;
-        self.shared.policy_epoch.fetch_add(1, Ordering::Release);
+        self.shared.set_policy(policy);
+    }
+
+    /// The last tuning runs (oldest first; at most
+    /// [`crate::tuning::TUNING_REPORTS`]); empty unless
+    /// [`SchedulerConfig::tuning`] is set.
+    pub fn tuning_reports(&self) -> Vec<TuningReport> {
+        lock(&self.shared.tuning_reports).iter().cloned().collect()
+    }
+
+    /// What each worker has done so far (see [`WorkerStats`]; each counter
+    /// is read on its own, Relaxed).
+    pub fn worker_stats(&self) -> Vec<WorkerStats> {
+        self.shared
+            .worker_counters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.snapshot(i))
+            .collect()
     }
 
     /// Submits a query as a resource group running `task_sets` in order.
@@ -182,7 +251,12 @@ impl Scheduler {
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let group = Arc::new(ResourceGroup::new(id, task_sets, facts));
+        let group = Arc::new(ResourceGroup::with_cancel_epoch(
+            id,
+            task_sets,
+            facts,
+            self.shared.cancel_epoch.clone(),
+        ));
         if group.task_sets.is_empty() {
             group.completion.complete(Ok(group.stats()));
             return QueryHandle { group };

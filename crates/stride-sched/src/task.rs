@@ -89,6 +89,14 @@ pub struct TaskContext<'a> {
     sizer: MorselSizer<'a>,
     pub(crate) morsels: u64,
     pub(crate) tuples: u64,
+    /// Sizes of this task's morsels, for the query's statistics: smallest,
+    /// largest, count per power-of-two bucket ([`crate::group::morsel_bucket`])
+    /// and a bit per non-empty bucket (so that the task's return adds only
+    /// those). Kept here so that a morsel touches no shared state.
+    pub(crate) morsel_min: u64,
+    pub(crate) morsel_max: u64,
+    pub(crate) buckets: [u32; crate::group::MORSEL_BUCKETS],
+    pub(crate) used_buckets: u64,
     cancelled: bool,
 }
 
@@ -106,6 +114,10 @@ impl<'a> TaskContext<'a> {
             sizer: MorselSizer::new(morsels.0, morsels.1, t_max, workers),
             morsels: 0,
             tuples: 0,
+            morsel_min: u64::MAX,
+            morsel_max: 0,
+            buckets: [0; crate::group::MORSEL_BUCKETS],
+            used_buckets: 0,
             cancelled,
         }
     }
@@ -136,8 +148,14 @@ impl<'a> TaskContext<'a> {
     /// Records that the morsel sized by [`Self::next_morsel`] was processed
     /// and held `tuples` source tuples.
     pub fn morsel_done(&mut self, tuples: usize) {
+        let n = tuples as u64;
         self.morsels += 1;
-        self.tuples += tuples as u64;
+        self.tuples += n;
+        self.morsel_min = self.morsel_min.min(n);
+        self.morsel_max = self.morsel_max.max(n);
+        let b = crate::group::morsel_bucket(n);
+        self.buckets[b] += 1;
+        self.used_buckets |= 1 << b;
         self.sizer.done(tuples);
     }
 }

@@ -26,6 +26,19 @@
 //!   exactly 7 steps, so the cost of tuning is predictable;
 //! * the result is the cheapest point found, the start parameters included
 //!   (tuning never makes the simulated cost worse).
+//!
+//! **In the running scheduler** ([`crate::SchedulerConfig::tuning`], off by
+//! default): worker 0 owns a [`TuningDriver`]. Before each of its decisions
+//! it polls the driver with the time since the scheduler started; at the
+//! start of the `k`-th refresh period (`k·t_r`) it attaches a [`Tracker`]
+//! (only while the policy is `Policy::Stride`), records every task it runs
+//! until `k·t_r + t_t`, then — unpinned, taking no task — runs [`tune`] from
+//! its current decay parameters and pushes the result through the
+//! scheduler's `set_policy` path if the policy is still `Policy::Stride`
+//! (other policies are left alone). Each run is kept as a [`TuningReport`]
+//! (the last [`TUNING_REPORTS`], `Scheduler::tuning_reports`). The other
+//! workers never notice tracking or tuning, except for worker 0's absence
+//! while it optimizes.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -240,6 +253,101 @@ impl TuningResult {
     }
 }
 
+/// Tuning runs the scheduler keeps ([`crate::Scheduler::tuning_reports`]).
+pub const TUNING_REPORTS: usize = 64;
+
+/// One tuning run of the running scheduler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TuningReport {
+    /// When the run finished, since the scheduler started.
+    pub at: Duration,
+    /// The decay parameters the search started from (those in force).
+    pub params_before: DecayParams,
+    /// The parameters found (pushed to the workers if the policy was still
+    /// `Policy::Stride`).
+    pub params_after: DecayParams,
+    /// Mean simulated slowdown of the tracked workload with `params_before`.
+    pub cost_before: f64,
+    /// ... and with `params_after` (`<= cost_before`).
+    pub cost_after: f64,
+    /// Simulations run.
+    pub evaluations: usize,
+    /// Wall-clock time of the optimization (tracking costs nothing extra).
+    pub elapsed: Duration,
+    /// `elapsed` as a share of the processing time of one refresh period
+    /// (`t_r · workers`): the cost of self-tuning (seed 001 §4: < 0.01 %).
+    pub share_of_processing: f64,
+    /// Resource groups in the tracked workload.
+    pub groups: usize,
+}
+
+/// Worker 0's tracking schedule (see the module docs): decides, from the
+/// time since the scheduler started, when to attach a tracker and when its
+/// workload is ready for tuning.
+#[derive(Debug)]
+pub(crate) struct TuningDriver {
+    track: Duration,
+    refresh: Duration,
+    t_max: Duration,
+    /// The tracker of the running window and the window's end.
+    tracking: Option<(Tracker, Duration)>,
+    /// The last refresh period that was tracked.
+    done: Option<u64>,
+}
+
+impl TuningDriver {
+    pub(crate) fn new(config: &TuningConfig, t_max: Duration) -> Self {
+        let track = config.track.max(Duration::from_micros(1));
+        TuningDriver {
+            track,
+            refresh: config.refresh.max(track),
+            t_max,
+            tracking: None,
+            done: None,
+        }
+    }
+
+    pub(crate) fn refresh(&self) -> Duration {
+        self.refresh
+    }
+
+    /// Whether a tracker is attached (tasks should be recorded).
+    pub(crate) fn is_tracking(&self) -> bool {
+        self.tracking.is_some()
+    }
+
+    /// The worker ran a task of `group` (arrived at `arrival`) for `ran`.
+    pub(crate) fn record(&mut self, group: ResourceGroupId, arrival: Duration, ran: Duration) {
+        if let Some((tracker, _)) = &mut self.tracking {
+            tracker.record(group, arrival, ran);
+        }
+    }
+
+    /// Called before a decision at `now` (since the scheduler started);
+    /// `stride`: the policy has decay parameters. Attaches a tracker at the
+    /// start of a period; returns the tracked workload once its window is
+    /// over (none if nothing was tracked or the policy is not stride).
+    pub(crate) fn poll(&mut self, now: Duration, stride: bool) -> Option<TrackedWorkload> {
+        if let Some((_, end)) = &self.tracking {
+            if now < *end {
+                return None;
+            }
+            let (tracker, _) = self.tracking.take()?;
+            return (stride && !tracker.is_empty()).then(|| tracker.finish());
+        }
+        let period = (now.as_nanos() / self.refresh.as_nanos()) as u64;
+        if stride && self.done != Some(period) {
+            let period_start =
+                Duration::from_nanos((self.refresh.as_nanos() * u128::from(period)) as u64);
+            if now < period_start + self.track {
+                self.done = Some(period);
+                self.tracking = Some((Tracker::new(self.t_max, now), period_start + self.track));
+            }
+        }
+        None
+    }
+}
+
 /// Evaluates the cost function (mean simulated slowdown) with memoization.
 struct Evaluator<'a> {
     jobs: &'a [SimJob],
@@ -415,6 +523,37 @@ mod tests {
         let r = tune(&workload(&[]), &DecayParams::default());
         assert_eq!(r.params, DecayParams::default());
         assert_eq!(r.evaluations, 0);
+    }
+
+    #[test]
+    fn the_driver_tracks_at_the_start_of_each_period_and_hands_over_the_workload() {
+        let config = TuningConfig {
+            track: 20 * MS,
+            refresh: 60 * MS,
+        };
+        let mut d = TuningDriver::new(&config, 2 * MS);
+        // Not stride: nothing is tracked.
+        assert!(d.poll(MS, false).is_none());
+        assert!(!d.is_tracking());
+        assert!(d.poll(2 * MS, true).is_none());
+        assert!(d.is_tracking());
+        d.record(1, Duration::ZERO, 2 * MS);
+        d.record(2, 5 * MS, 2 * MS);
+        assert!(d.poll(19 * MS, true).is_none());
+        let w = d.poll(20 * MS, true).expect("window over");
+        assert_eq!(w.groups.len(), 2);
+        assert_eq!(w.groups[1].arrival, 3 * MS);
+        // Nothing more in this period; a window missed entirely (the worker
+        // was busy past its end) is skipped.
+        assert!(d.poll(30 * MS, true).is_none());
+        assert!(!d.is_tracking());
+        assert!(d.poll(100 * MS, true).is_none());
+        assert!(!d.is_tracking());
+        assert!(d.poll(125 * MS, true).is_none());
+        assert!(d.is_tracking());
+        // An empty window gives no workload.
+        assert!(d.poll(140 * MS, true).is_none());
+        assert!(!d.is_tracking());
     }
 
     #[test]

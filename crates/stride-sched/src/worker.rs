@@ -17,10 +17,17 @@
 //! Workers never block inside a task; they sleep only when no slot they know
 //! is runnable. The protocol's proof sketch is in the crate's README and in
 //! [`crate::pins`].
+//!
+//! Besides the protocol, a worker keeps (all off the decision path unless
+//! enabled): its statistics ([`WorkerCounters`], plain Relaxed counters only
+//! it writes), its trace buffer ([`crate::trace`], when a tracer is
+//! configured) and, on worker 0 with self-tuning on, the tracking schedule
+//! ([`crate::tuning::TuningDriver`]): tracking records each task; tuning
+//! runs between decisions, unpinned.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering as StdOrdering;
+use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,219 +40,392 @@ use crate::scheduler::Shared;
 use crate::slots::{SlotArray, SlotRead};
 use crate::sync::{lock, Ordering};
 use crate::task::{QueryError, TaskContext, TaskOutcome};
+use crate::trace::WorkerTrace;
+use crate::tuning::{tune, TuningDriver};
+
+/// What one worker has done since the scheduler started
+/// ([`crate::Scheduler::worker_stats`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerStats {
+    pub worker: usize,
+    /// Tasks run (including tasks that failed or panicked).
+    pub tasks: u64,
+    /// Time spent running tasks and finalization steps.
+    pub busy: Duration,
+    /// Times the worker went to sleep for lack of runnable work.
+    pub idle_sleeps: u64,
+    /// Task sets this worker finalized (it was the last to deregister).
+    pub finalizations: u64,
+}
+
+/// A worker's statistics counters. Each is written only by its worker, as
+/// a Relaxed load and store (no read-modify-write on the task path), and
+/// read Relaxed by [`crate::Scheduler::worker_stats`]: they publish nothing
+/// and are monotone, so a reader sees some recent value of each, not a
+/// consistent snapshot of all four. Aligned so that workers' counters do not
+/// share a cache line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct WorkerCounters {
+    tasks: StdAtomicU64,
+    busy_ns: StdAtomicU64,
+    idle_sleeps: StdAtomicU64,
+    finalizations: StdAtomicU64,
+}
+
+impl WorkerCounters {
+    fn add(counter: &StdAtomicU64, by: u64) {
+        counter.store(
+            counter.load(StdOrdering::Relaxed).wrapping_add(by),
+            StdOrdering::Relaxed,
+        );
+    }
+
+    pub(crate) fn snapshot(&self, worker: usize) -> WorkerStats {
+        WorkerStats {
+            worker,
+            tasks: self.tasks.load(StdOrdering::Relaxed),
+            busy: Duration::from_nanos(self.busy_ns.load(StdOrdering::Relaxed)),
+            idle_sleeps: self.idle_sleeps.load(StdOrdering::Relaxed),
+            finalizations: self.finalizations.load(StdOrdering::Relaxed),
+        }
+    }
+}
+
+/// One worker thread's state.
+struct Worker {
+    shared: Arc<Shared>,
+    index: usize,
+    local: LocalState,
+    clock: Option<DecisionClock>,
+    trace: Option<WorkerTrace>,
+    tuning: Option<TuningDriver>,
+}
 
 pub(crate) fn run(shared: Arc<Shared>, index: usize) {
     if shared.config.pin_workers {
         pin_to_core(index);
     }
-    let mut local = LocalState::new(
+    let local = LocalState::new(
         shared.slots.len(),
         shared.config.workers,
         lock(&shared.policy).clone(),
         index,
     );
-    let mut clock = shared
+    let clock = shared
         .measure
         .as_ref()
         .map(|log| DecisionClock::new(log.clone(), index));
-    let mut flagged: Vec<usize> = Vec::new();
-    loop {
-        let epoch = shared.idle.epoch();
-        if shared.idle.is_shutdown() {
-            return;
-        }
-        sync_policy(&shared, &mut local);
-        shared
-            .masks
-            .pull(index, |_kind: MaskKind, slot| flagged.push(slot));
-        for slot in flagged.drain(..) {
-            visit(&shared, &mut local, index, slot, &mut clock);
-        }
-        let Some(k) = local.choose() else {
-            if let Some(c) = &mut clock {
-                c.interrupted();
-            }
-            shared.idle.sleep(epoch);
-            continue;
-        };
-        match shared.pins.pin(index, &shared.slots, k) {
-            SlotRead::Empty => local.forget(k),
-            SlotRead::Exhausted => local.deactivate(k),
-            SlotRead::Active(entry) => {
-                // SAFETY: we are pinned to slot `k` and read `entry` untagged,
-                // so it stays alive until our unpin below (crate::pins).
-                let e = unsafe { entry.as_ref() };
-                if local.knows(k, e) {
-                    run_task(&shared, &mut local, index, k, entry, &mut clock);
-                } else {
-                    local.learn(k, e);
-                }
-            }
-        }
-        leave(&shared, index, &mut clock);
-    }
-}
-
-/// Re-reads the policy after [`crate::Scheduler::set_policy`]. The Acquire
-/// load pairs with the Release increment in `set_policy`; the mutex orders
-/// the policy itself.
-fn sync_policy(shared: &Shared, local: &mut LocalState) {
-    let epoch = shared.policy_epoch.load(Ordering::Acquire);
-    if epoch != local.policy_epoch {
-        local.policy = lock(&shared.policy).clone();
-        local.policy_epoch = epoch;
-    }
-}
-
-/// A mask bit for slot `k` was pulled: brings the local view up to date.
-fn visit(
-    shared: &Shared,
-    local: &mut LocalState,
-    index: usize,
-    k: usize,
-    clock: &mut Option<DecisionClock>,
-) {
-    match shared.pins.pin(index, &shared.slots, k) {
-        SlotRead::Empty => local.forget(k),
-        SlotRead::Exhausted => local.deactivate(k),
-        SlotRead::Active(entry) => {
-            // SAFETY: pinned to `k`, read untagged: alive until the unpin.
-            local.learn(k, unsafe { entry.as_ref() });
-        }
-    }
-    leave(shared, index, clock);
-}
-
-/// Unpins; finalizes the entry if this was its last deregistration.
-fn leave(shared: &Shared, index: usize, clock: &mut Option<DecisionClock>) {
-    if let Some(done) = shared.pins.unpin(index) {
-        if let Some(c) = clock {
-            c.interrupted();
-        }
-        finalize(shared, done);
-    }
-}
-
-/// Runs one task of `entry` (pinned, known to the local view), charges it,
-/// and coordinates the finalization if the task set is dry or failed.
-fn run_task(
-    shared: &Shared,
-    local: &mut LocalState,
-    index: usize,
-    k: usize,
-    entry: NonNull<TaskSetEntry>,
-    clock: &mut Option<DecisionClock>,
-) {
-    // SAFETY: the caller is pinned to `k` and read `entry` untagged.
-    let e = unsafe { entry.as_ref() };
-    let group = &e.group;
-    let (exhausted, error) = if group.is_cancelled() {
-        (true, Some(QueryError::Cancelled))
-    } else if group.has_failed() {
-        (true, None)
-    } else {
-        group.started.get_or_init(Instant::now);
-        let ran;
-        let result;
-        let mut ctx = TaskContext::new(
-            index,
-            shared.config.workers,
-            shared.config.t_max,
-            (&shared.config.morsels, &group.morsel_states[e.task_set]),
-            group.is_cancelled(),
-        );
-        {
-            let task_set = &group.task_sets[e.task_set];
-            if let Some(c) = clock {
-                c.task_starts();
-            }
-            let start = Instant::now();
-            result = catch_unwind(AssertUnwindSafe(|| task_set.run_task(&mut ctx)));
-            ran = start.elapsed();
-        }
-        account(group, ran, &ctx);
-        local.charge(k, ran, shared.config.t_max);
-        let outcome = match result {
-            Ok(Ok(outcome)) => (outcome == TaskOutcome::Exhausted, None),
-            Ok(Err(err)) => (true, Some(QueryError::Failed(err))),
-            Err(panic) => (true, Some(QueryError::Panicked(panic_message(&panic)))),
-        };
-        if let Some(c) = clock {
-            c.task_ended(!outcome.0);
-        }
-        outcome
+    let trace = shared
+        .config
+        .trace
+        .as_ref()
+        .map(|tracer| WorkerTrace::new(tracer, index));
+    let tuning = match (&shared.config.tuning, index) {
+        (Some(config), 0) => Some(TuningDriver::new(config, shared.config.t_max)),
+        _ => None,
     };
-    if let Some(err) = error {
-        group.fail(err);
+    Worker {
+        shared,
+        index,
+        local,
+        clock,
+        trace,
+        tuning,
     }
-    if exhausted {
-        match shared.pins.coordinate(&shared.slots, k, entry) {
-            Coordination::NotFirst | Coordination::Coordinated => {}
-            // Unreachable while we are pinned (we mark ourselves), handled
-            // for completeness: nobody else will deregister.
-            Coordination::Finalize(done) => {
-                if let Some(c) = clock {
+    .run();
+}
+
+impl Worker {
+    fn counters(&self) -> &WorkerCounters {
+        &self.shared.worker_counters[self.index]
+    }
+
+    fn run(&mut self) {
+        let mut flagged: Vec<usize> = Vec::new();
+        loop {
+            let epoch = self.shared.idle.epoch();
+            if self.shared.idle.is_shutdown() {
+                return;
+            }
+            self.sync_policy();
+            if self.tuning.is_some() {
+                self.tuning_step();
+            }
+            let index = self.index;
+            self.shared
+                .masks
+                .pull(index, |_kind: MaskKind, slot| flagged.push(slot));
+            for slot in flagged.drain(..) {
+                self.visit(slot);
+            }
+            // Acquire: pairs with the Release bump in `QueryHandle::cancel`,
+            // after which the group's flag is visible to the rescan.
+            self.local
+                .note_cancellations(self.shared.cancel_epoch.load(StdOrdering::Acquire));
+            let Some(k) = self.local.choose() else {
+                if let Some(c) = &mut self.clock {
                     c.interrupted();
                 }
-                finalize(shared, done);
+                WorkerCounters::add(&self.counters().idle_sleeps, 1);
+                self.shared.idle.sleep(epoch);
+                continue;
+            };
+            match self.shared.pins.pin(index, &self.shared.slots, k) {
+                SlotRead::Empty => self.local.forget(k),
+                SlotRead::Exhausted => self.local.deactivate(k),
+                SlotRead::Active(entry) => {
+                    // SAFETY: we are pinned to slot `k` and read `entry`
+                    // untagged, so it stays alive until our unpin below
+                    // (crate::pins).
+                    let e = unsafe { entry.as_ref() };
+                    if self.local.knows(k, e) {
+                        self.run_task(k, entry);
+                    } else {
+                        self.local.learn(k, e);
+                    }
+                }
+            }
+            self.leave();
+        }
+    }
+
+    /// Re-reads the policy after [`crate::Scheduler::set_policy`]. The
+    /// Acquire load pairs with the Release increment in `set_policy`; the
+    /// mutex orders the policy itself.
+    fn sync_policy(&mut self) {
+        let epoch = self.shared.policy_epoch.load(Ordering::Acquire);
+        if epoch != self.local.policy_epoch {
+            let policy = lock(&self.shared.policy).clone();
+            self.local.set_policy(policy);
+            self.local.policy_epoch = epoch;
+        }
+    }
+
+    /// Self-tuning on worker 0 (unpinned, between decisions): attaches the
+    /// tracker at the start of a refresh period; when the tracking window is
+    /// over, tunes the decay parameters on the tracked workload and pushes
+    /// them.
+    fn tuning_step(&mut self) {
+        let Some(driver) = &mut self.tuning else {
+            return;
+        };
+        let now = self.shared.started.elapsed();
+        let start = self.local.policy().decay().cloned();
+        let Some(workload) = driver.poll(now, start.is_some()) else {
+            return;
+        };
+        let Some(start) = start else {
+            return;
+        };
+        let refresh = driver.refresh();
+        if let Some(c) = &mut self.clock {
+            c.interrupted();
+        }
+        let result = tune(&workload, &start);
+        let processing = refresh.as_secs_f64() * self.shared.config.workers as f64;
+        let report = crate::tuning::TuningReport {
+            at: self.shared.started.elapsed(),
+            params_before: start,
+            params_after: result.params.clone(),
+            cost_before: result.cost_before,
+            cost_after: result.cost_after,
+            evaluations: result.evaluations,
+            elapsed: result.elapsed,
+            share_of_processing: result.elapsed.as_secs_f64() / processing.max(1e-12),
+            groups: workload.groups.len(),
+        };
+        self.shared.push_tuning(result.params, report);
+    }
+
+    /// A mask bit for slot `k` was pulled: brings the local view up to date.
+    fn visit(&mut self, k: usize) {
+        match self.shared.pins.pin(self.index, &self.shared.slots, k) {
+            SlotRead::Empty => self.local.forget(k),
+            SlotRead::Exhausted => self.local.deactivate(k),
+            SlotRead::Active(entry) => {
+                // SAFETY: pinned to `k`, read untagged: alive until the unpin.
+                self.local.learn(k, unsafe { entry.as_ref() });
+            }
+        }
+        self.leave();
+    }
+
+    /// Unpins; finalizes the entry if this was its last deregistration.
+    fn leave(&mut self) {
+        if let Some(done) = self.shared.pins.unpin(self.index) {
+            if let Some(c) = &mut self.clock {
+                c.interrupted();
+            }
+            self.finalize(done);
+        }
+    }
+
+    /// Runs one task of `entry` (pinned, known to the local view), charges
+    /// it, and coordinates the finalization if the task set is dry or failed.
+    fn run_task(&mut self, k: usize, entry: NonNull<TaskSetEntry>) {
+        let shared = &*self.shared;
+        // SAFETY: the caller is pinned to `k` and read `entry` untagged.
+        let e = unsafe { entry.as_ref() };
+        let group = &e.group;
+        let (exhausted, error) = if group.is_cancelled() {
+            (true, Some(QueryError::Cancelled))
+        } else if group.has_failed() {
+            (true, None)
+        } else {
+            group.started.get_or_init(Instant::now);
+            let ran;
+            let start;
+            let result;
+            let mut ctx = TaskContext::new(
+                self.index,
+                shared.config.workers,
+                shared.config.t_max,
+                (&shared.config.morsels, &group.morsel_states[e.task_set]),
+                group.is_cancelled(),
+            );
+            {
+                let task_set = &group.task_sets[e.task_set];
+                if let Some(c) = &mut self.clock {
+                    c.task_starts();
+                }
+                start = Instant::now();
+                result = catch_unwind(AssertUnwindSafe(|| task_set.run_task(&mut ctx)));
+                ran = start.elapsed();
+            }
+            self.local.charge(k, ran, shared.config.t_max);
+            account(group, e.task_set, ran, &ctx);
+            let end = start + ran;
+            group.counters.sample_priority(
+                end.saturating_duration_since(group.submitted),
+                self.local.priority(k),
+                shared.config.t_max,
+            );
+            let counters = &shared.worker_counters[self.index];
+            WorkerCounters::add(&counters.tasks, 1);
+            WorkerCounters::add(&counters.busy_ns, ran.as_nanos() as u64);
+            if let Some(t) = &self.trace {
+                t.record(
+                    start,
+                    end,
+                    group.id,
+                    e.task_set,
+                    ctx.morsels,
+                    ctx.tuples,
+                    false,
+                );
+            }
+            if let Some(driver) = &mut self.tuning {
+                if driver.is_tracking() {
+                    let arrival = group.submitted.saturating_duration_since(shared.started);
+                    driver.record(group.id, arrival, ran);
+                }
+            }
+            let outcome = match result {
+                Ok(Ok(outcome)) => (outcome == TaskOutcome::Exhausted, None),
+                Ok(Err(err)) => (true, Some(QueryError::Failed(err))),
+                Err(panic) => (true, Some(QueryError::Panicked(panic_message(&panic)))),
+            };
+            if let Some(c) = &mut self.clock {
+                c.task_ended(!outcome.0);
+            }
+            outcome
+        };
+        if let Some(err) = error {
+            group.fail(err);
+        }
+        if exhausted {
+            match shared.pins.coordinate(&shared.slots, k, entry) {
+                Coordination::NotFirst | Coordination::Coordinated => {}
+                // Unreachable while we are pinned (we mark ourselves),
+                // handled for completeness: nobody else will deregister.
+                Coordination::Finalize(done) => {
+                    if let Some(c) = &mut self.clock {
+                        c.interrupted();
+                    }
+                    self.finalize(done);
+                }
             }
         }
     }
-}
 
-fn account(group: &ResourceGroup, ran: Duration, ctx: &TaskContext<'_>) {
-    let c = &group.counters;
-    c.cpu_ns
-        .fetch_add(ran.as_nanos() as u64, StdOrdering::Relaxed);
-    c.tasks.fetch_add(1, StdOrdering::Relaxed);
-    c.morsels.fetch_add(ctx.morsels, StdOrdering::Relaxed);
-    c.tuples.fetch_add(ctx.tuples, StdOrdering::Relaxed);
-}
-
-/// The caller brought `done`'s finalization counter to zero: every task of
-/// the entry has returned and nobody else can reach it. Runs `finalize`
-/// (unless the group failed or was cancelled), then puts the group's next
-/// task set into the same slot (return mask), or completes the group and
-/// hands the slot to the next waiting group (change mask) or back to
-/// admission. Finally frees the entry.
-fn finalize(shared: &Shared, done: NonNull<TaskSetEntry>) {
-    // SAFETY: we are the entry's finalizer; it is freed only at the end of
-    // this function, by us.
-    let entry = unsafe { done.as_ref() };
-    let group = &entry.group;
-    if group.is_cancelled() {
-        group.fail(QueryError::Cancelled);
-    }
-    if !group.has_failed() {
-        let start = Instant::now();
-        let task_set = &group.task_sets[entry.task_set];
-        match catch_unwind(AssertUnwindSafe(|| task_set.finalize())) {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => group.fail(QueryError::Failed(err)),
-            Err(panic) => group.fail(QueryError::Panicked(panic_message(&panic))),
-        }
-        group
-            .counters
-            .finalize_ns
-            .fetch_add(start.elapsed().as_nanos() as u64, StdOrdering::Relaxed);
-    }
-    let next = entry.task_set + 1;
-    if !group.has_failed() && !group.is_cancelled() && next < group.task_sets.len() {
-        let next = TaskSetEntry::new(group.clone(), next, entry.slot, entry.arrival);
-        shared.slots.install(entry.slot, Box::new(next));
-        shared.masks.push(MaskKind::Return, entry.slot);
-        shared.idle.wake();
-    } else {
+    /// The caller brought `done`'s finalization counter to zero: every task
+    /// of the entry has returned and nobody else can reach it. Runs
+    /// `finalize` (unless the group failed or was cancelled), then puts the
+    /// group's next task set into the same slot (return mask), or completes
+    /// the group and hands the slot to the next waiting group (change mask)
+    /// or back to admission. Finally frees the entry.
+    fn finalize(&self, done: NonNull<TaskSetEntry>) {
+        let shared = &*self.shared;
+        // SAFETY: we are the entry's finalizer; it is freed only at the end
+        // of this function, by us.
+        let entry = unsafe { done.as_ref() };
+        let group = &entry.group;
+        let counters = &shared.worker_counters[self.index];
+        WorkerCounters::add(&counters.finalizations, 1);
         if group.is_cancelled() {
             group.fail(QueryError::Cancelled);
         }
-        shared.release_slot(entry.slot);
-        group.complete();
+        if !group.has_failed() {
+            let start = Instant::now();
+            let task_set = &group.task_sets[entry.task_set];
+            match catch_unwind(AssertUnwindSafe(|| task_set.finalize())) {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => group.fail(QueryError::Failed(err)),
+                Err(panic) => group.fail(QueryError::Panicked(panic_message(&panic))),
+            }
+            let end = Instant::now();
+            let took = end.saturating_duration_since(start).as_nanos() as u64;
+            group
+                .counters
+                .finalize_ns
+                .fetch_add(took, StdOrdering::Relaxed);
+            WorkerCounters::add(&counters.busy_ns, took);
+            if let Some(t) = &self.trace {
+                t.record(start, end, group.id, entry.task_set, 0, 0, true);
+            }
+        }
+        let next = entry.task_set + 1;
+        if !group.has_failed() && !group.is_cancelled() && next < group.task_sets.len() {
+            let next = TaskSetEntry::new(group.clone(), next, entry.slot, entry.arrival);
+            shared.slots.install(entry.slot, Box::new(next));
+            shared.masks.push(MaskKind::Return, entry.slot);
+            shared.idle.wake();
+        } else {
+            if group.is_cancelled() {
+                group.fail(QueryError::Cancelled);
+            }
+            shared.release_slot(entry.slot);
+            group.complete();
+        }
+        // SAFETY: `done` is no longer in its slot (replaced or cleared
+        // above), we are its finalizer, and no other worker can dereference
+        // it any more (crate::pins); it is reclaimed once, here.
+        unsafe { SlotArray::reclaim(done) };
     }
-    // SAFETY: `done` is no longer in its slot (replaced or cleared above), we
-    // are its finalizer, and no other worker can dereference it any more
-    // (crate::pins); it is reclaimed once, here.
-    unsafe { SlotArray::reclaim(done) };
+}
+
+/// Adds a task's CPU time, morsels and tuples to its group's accounting
+/// (once per task; the morsel-size statistics come from the task's context).
+fn account(group: &ResourceGroup, task_set: usize, ran: Duration, ctx: &TaskContext<'_>) {
+    let c = &group.counters;
+    let ns = ran.as_nanos() as u64;
+    c.cpu_ns.fetch_add(ns, StdOrdering::Relaxed);
+    c.task_set_cpu_ns[task_set].fetch_add(ns, StdOrdering::Relaxed);
+    c.tasks.fetch_add(1, StdOrdering::Relaxed);
+    if ctx.morsels > 0 {
+        c.morsels.fetch_add(ctx.morsels, StdOrdering::Relaxed);
+        c.task_set_morsels[task_set].fetch_add(ctx.morsels, StdOrdering::Relaxed);
+        c.tuples.fetch_add(ctx.tuples, StdOrdering::Relaxed);
+        c.morsel_min.fetch_min(ctx.morsel_min, StdOrdering::Relaxed);
+        c.morsel_max.fetch_max(ctx.morsel_max, StdOrdering::Relaxed);
+        let mut used = ctx.used_buckets;
+        while used != 0 {
+            let b = used.trailing_zeros() as usize;
+            used &= used - 1;
+            c.morsel_buckets[b].fetch_add(u64::from(ctx.buckets[b]), StdOrdering::Relaxed);
+        }
+    }
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

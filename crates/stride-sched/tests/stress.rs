@@ -113,6 +113,7 @@ fn config(workers: usize, morsel_rows: usize) -> SchedulerConfig {
         morsels: MorselPolicy::Fixed(morsel_rows),
         policy: Policy::Fifo,
         slots: 128,
+        ..SchedulerConfig::default()
     }
 }
 
@@ -378,6 +379,7 @@ fn long_tasks_while_short_runs(policy: Policy) -> usize {
         morsels: MorselPolicy::Fixed(1),
         policy,
         slots: 128,
+        ..SchedulerConfig::default()
     });
     let log = Arc::new(Mutex::new(Vec::new()));
     let long = scheduler.submit(vec![Logged::task_set(0, 200, true, &log)]);
@@ -430,6 +432,7 @@ fn stride_finishes_the_shorter_of_two_simultaneous_queries_first() {
             morsels: MorselPolicy::Fixed(1),
             policy: policy.clone(),
             slots: 128,
+            ..SchedulerConfig::default()
         });
         let log = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(AtomicBool::new(false));
