@@ -1,5 +1,5 @@
-//! The engine's record of active and recent queries, shown by the system
-//! views `stride.queries` and `stride.workers` (see [`system_table`]).
+//! The engine's record of active and recent queries, and the system views
+//! `stride.queries`, `stride.workers` and `stride.tuning` (see [`system_table`]).
 //!
 //! Every query a session runs (one statement, including a statement's
 //! scalar subqueries) is registered when it starts and moved to a bounded
@@ -152,6 +152,7 @@ pub fn system_table(
     match name {
         "queries" => queries_table(log).map(Some),
         "workers" => workers_table(scheduler).map(Some),
+        "tuning" => tuning_table(scheduler).map(Some),
         _ => Ok(None),
     }
 }
@@ -180,8 +181,13 @@ fn queries_table(log: &QueryLog) -> Result<Table> {
         f("morsels", DataType::Int64),
         f("tuples", DataType::Int64),
         f("avg_morsel_tuples", DataType::Float64),
+        f("min_morsel_tuples", DataType::Int64),
+        f("max_morsel_tuples", DataType::Int64),
+        f("task_set_cpu_ms", DataType::Utf8),
         f("policy", DataType::Utf8),
         f("user_priority", DataType::Float64),
+        f("final_priority", DataType::Float64),
+        f("priority_trace", DataType::Utf8),
     ]));
     let done = |r: &QueryRecord| r.state != "running";
     let columns: Vec<ArrayRef> = vec![
@@ -235,12 +241,43 @@ fn queries_table(log: &QueryLog) -> Result<Table> {
         Arc::new(Float64Array::from_iter(rows.iter().map(|r| {
             (done(r) && r.stats.morsels > 0).then(|| r.stats.tuples as f64 / r.stats.morsels as f64)
         }))),
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| {
+            (done(r) && r.stats.morsels > 0).then_some(r.stats.morsel_tuples_min as i64)
+        }))),
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| {
+            (done(r) && r.stats.morsels > 0).then_some(r.stats.morsel_tuples_max as i64)
+        }))),
+        // CPU milliseconds per task set, in order: "1.2 0.4 …".
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| {
+            done(r).then(|| {
+                r.stats
+                    .task_set_cpu
+                    .iter()
+                    .map(|d| format!("{:.2}", ms(*d)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+        }))),
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| r.policy.as_str()),
         )),
         Arc::new(Float64Array::from_iter_values(
             rows.iter().map(|r| r.user_priority),
         )),
+        Arc::new(Float64Array::from_iter(
+            rows.iter().map(|r| done(r).then_some(r.stats.final_priority)),
+        )),
+        // The priority over time: "<ms since start>:<priority>" pairs.
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| {
+            done(r).then(|| {
+                r.stats
+                    .priority_trace
+                    .iter()
+                    .map(|(t, p)| format!("{:.1}:{}", ms(*t), p.round()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+        }))),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     Ok(Table::new("queries".to_string(), schema, vec![batch])?)
@@ -248,9 +285,14 @@ fn queries_table(log: &QueryLog) -> Result<Table> {
 
 fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
     let config = scheduler.config();
-    let n = config.workers;
+    let stats = scheduler.worker_stats();
+    let n = stats.len();
     let schema = Arc::new(Schema::new(vec![
         Field::new("worker", DataType::Int64, false),
+        Field::new("tasks", DataType::Int64, false),
+        Field::new("busy_ms", DataType::Float64, false),
+        Field::new("idle_sleeps", DataType::Int64, false),
+        Field::new("finalizations", DataType::Int64, false),
         Field::new("pinned", DataType::Boolean, false),
         Field::new("policy", DataType::Utf8, false),
         Field::new("t_max_ms", DataType::Float64, false),
@@ -259,7 +301,21 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
     let policy = scheduler.policy().name().to_string();
     let active = scheduler.active_groups() as i64;
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(Int64Array::from_iter_values(0..n as i64)),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.worker as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.tasks as i64),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            stats.iter().map(|w| ms(w.busy)),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.idle_sleeps as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.finalizations as i64),
+        )),
         Arc::new(arrow::array::BooleanArray::from(vec![
             config.pin_workers;
             n
@@ -276,4 +332,46 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     Ok(Table::new("workers".to_string(), schema, vec![batch])?)
+}
+
+/// One row per self-tuning run (seed 001 §4): when, from which decay
+/// parameters to which, the simulated mean slowdown before and after, and
+/// what the run cost.
+fn tuning_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
+    let reports = scheduler.tuning_reports();
+    let f = |name: &str, t: DataType| Field::new(name, t, false);
+    let schema = Arc::new(Schema::new(vec![
+        f("at_s", DataType::Float64),
+        f("groups", DataType::Int64),
+        f("lambda_before", DataType::Float64),
+        f("d_start_before", DataType::Int64),
+        f("lambda_after", DataType::Float64),
+        f("d_start_after", DataType::Int64),
+        f("cost_before", DataType::Float64),
+        f("cost_after", DataType::Float64),
+        f("evaluations", DataType::Int64),
+        f("elapsed_ms", DataType::Float64),
+        f("share_of_processing", DataType::Float64),
+    ]));
+    let col_f = |g: &dyn Fn(&stride_sched::TuningReport) -> f64| -> ArrayRef {
+        Arc::new(Float64Array::from_iter_values(reports.iter().map(g)))
+    };
+    let col_i = |g: &dyn Fn(&stride_sched::TuningReport) -> i64| -> ArrayRef {
+        Arc::new(Int64Array::from_iter_values(reports.iter().map(g)))
+    };
+    let columns: Vec<ArrayRef> = vec![
+        col_f(&|r| r.at.as_secs_f64()),
+        col_i(&|r| r.groups as i64),
+        col_f(&|r| r.params_before.lambda),
+        col_i(&|r| i64::from(r.params_before.d_start)),
+        col_f(&|r| r.params_after.lambda),
+        col_i(&|r| i64::from(r.params_after.d_start)),
+        col_f(&|r| r.cost_before),
+        col_f(&|r| r.cost_after),
+        col_i(&|r| r.evaluations as i64),
+        col_f(&|r| ms(r.elapsed)),
+        col_f(&|r| r.share_of_processing),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Table::new("tuning".to_string(), schema, vec![batch])?)
 }

@@ -51,6 +51,8 @@ pub struct Engine {
     functions: FunctionRegistry,
     options: ConfigOptions,
     log: QueryLog,
+    /// Recorded per-pipeline costs: SRPT's remaining-work estimates.
+    history: crate::history::WorkHistory,
     /// Source of session ids; Relaxed: ids only need to be unique.
     next_session: AtomicU64,
     /// The schema new sessions resolve unqualified names in.
@@ -105,9 +107,15 @@ impl Engine {
             functions: FunctionRegistry::default(),
             options,
             log: QueryLog::default(),
+            history: Default::default(),
             next_session: AtomicU64::new(1),
             default_schema: Mutex::new(DEFAULT_SCHEMA.to_string()),
         })
+    }
+
+    /// Recorded per-pipeline costs (SRPT's estimates).
+    pub fn history(&self) -> &crate::history::WorkHistory {
+        &self.history
     }
 
     /// Active and recent queries (the `stride.queries` system view).
@@ -648,10 +656,11 @@ impl Session {
         let planning = start.elapsed();
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
         let exec_start = Instant::now();
+        let fingerprint = crate::history::fingerprint(&physical);
         let facts = stride_sched::GroupFacts {
             user_priority: self.settings.user_priority,
             static_priority: self.settings.static_priority,
-            ..Default::default()
+            estimates: self.engine.history.estimates(fingerprint),
         };
         self.interrupt.check()?;
         let interrupt = &self.interrupt;
@@ -677,6 +686,10 @@ impl Session {
             }
             other => SqlError::Exec(other),
         })?;
+        let workers = self.engine.scheduler.config().workers;
+        self.engine
+            .history
+            .record(fingerprint, &output.stats, workers);
         {
             let mut acc = self.statement_stats.borrow_mut();
             match acc.as_mut() {
@@ -689,6 +702,34 @@ impl Session {
                     a.tuples += output.stats.tuples;
                     a.task_sets += output.stats.task_sets;
                     a.latency += output.stats.latency;
+                    let o = &output.stats;
+                    a.task_set_cpu.extend_from_slice(&o.task_set_cpu);
+                    a.task_set_morsels.extend_from_slice(&o.task_set_morsels);
+                    if o.morsels > 0 {
+                        // `a.morsels` already includes `o`'s: equal means
+                        // the earlier queries ran no morsel.
+                        a.morsel_tuples_min = if a.morsels == o.morsels {
+                            o.morsel_tuples_min
+                        } else {
+                            a.morsel_tuples_min.min(o.morsel_tuples_min)
+                        };
+                        a.morsel_tuples_max = a.morsel_tuples_max.max(o.morsel_tuples_max);
+                    }
+                    for &(bound, count) in &o.morsel_size_histogram {
+                        match a
+                            .morsel_size_histogram
+                            .iter_mut()
+                            .find(|(b, _)| *b == bound)
+                        {
+                            Some(slot) => slot.1 += count,
+                            None => a.morsel_size_histogram.push((bound, count)),
+                        }
+                    }
+                    a.morsel_size_histogram.sort_unstable();
+                    // The statement's own query runs last (subqueries first):
+                    // its priority is the statement's.
+                    a.priority_trace = o.priority_trace.clone();
+                    a.final_priority = o.final_priority;
                 }
             }
         }

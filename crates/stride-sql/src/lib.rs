@@ -14,6 +14,7 @@
 //! * [`engine`] — engine and sessions: statements, prepared statements with
 //!   parameters, DDL/DML, EXPLAIN, transactions blocks, cancellation;
 //! * [`settings`] — `SET`/`SHOW`: Stride's settings and PostgreSQL's;
+//! * [`history`] — recorded per-pipeline costs, SRPT's work estimates;
 //! * [`activity`] — the query log and the system views `stride.queries`,
 //!   `stride.workers`.
 
@@ -22,6 +23,7 @@ pub mod coerce;
 pub mod context;
 pub mod engine;
 pub mod error;
+pub mod history;
 pub mod join_order;
 pub mod lower;
 pub mod settings;

@@ -1,33 +1,61 @@
-//! `stride bench …`: benchmark commands.
+//! `stride bench …`: benchmark commands. Each drives the in-process engine or,
+//! with `--pg host:port[/db]`, any PostgreSQL-protocol server, the same way.
+//!
+//! One concern per file under `bench/`: `driver` (where queries go), `mix`
+//! (query classes, isolated latencies), `isolated`, `poisson` (open loop),
+//! `spin` (closed loop), `stats` (samples and summaries), `progress`,
+//! `sweep` (policies × loads), `report` and `plot` (report.md and SVG
+//! figures), `trace` (Perfetto timelines), `mixed`, `sched_overhead`.
 
-use std::time::{Duration, Instant};
+mod driver;
+mod isolated;
+mod mix;
+mod mixed;
+mod plot;
+mod poisson;
+mod progress;
+mod report;
+mod sched_overhead;
+mod spin;
+mod stats;
+mod sweep;
+mod trace;
 
-use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use serde_json::Value;
 use stride::workload::{self, Query};
+use stride_sched::Tracer;
 
 use crate::GlobalArgs;
+use driver::{Target, TargetArgs};
+use mix::{Isolated, Mix, MixArgs};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Median latency of each query run alone (after warm-up), per generated schema.
+    /// Median latency of each query run alone (after warm-up), per schema.
     Isolated(IsolatedArgs),
+    /// Open-loop Poisson arrivals at load α (seed 001 §5.1): latency and
+    /// slowdown per class and query.
+    Poisson(PoissonArgs),
+    /// Closed loop: C clients always resubmitting (seed 000 "spin"):
+    /// completions per second.
+    Spin(SpinArgs),
+    /// Poisson runs for every (policy, load), spin per policy; writes
+    /// results.json, report.md and SVG figures into --out.
+    Sweep(sweep::SweepArgs),
+    /// Rewrites report.md and the figures from a sweep's results.json (and peers).
+    Report(ReportArgs),
     /// A short query's latency while a long query keeps the workers busy
     /// (one session each), compared with its isolated latency.
-    Mixed(MixedArgs),
-}
-
-#[derive(Args, Debug)]
-pub struct MixedArgs {
-    /// TPC-H query run repeatedly in the background, on the largest --tpch scale factor.
-    #[arg(long, default_value = "q9")]
-    long: String,
-    /// TPC-H query whose latency is measured, on the smallest --tpch scale factor.
-    #[arg(long, default_value = "q6")]
-    short: String,
-    /// Measured runs of the short query.
-    #[arg(long, default_value_t = 30)]
-    runs: usize,
+    Mixed(mixed::MixedArgs),
+    /// The cost of one scheduling decision (median and p99 ns) with 1 and 2
+    /// workers and 1, 16 and 128 active resource groups.
+    SchedOverhead(sched_overhead::SchedOverheadArgs),
 }
 
 #[derive(Args, Debug)]
@@ -41,182 +69,362 @@ pub struct IsolatedArgs {
     /// Only these queries (e.g. q1,q6).
     #[arg(long, value_delimiter = ',')]
     queries: Vec<String>,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Write the latencies as JSON (input of `--isolated` of poisson, spin, sweep).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace of the workers (in-process only).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct PoissonArgs {
+    /// Load factor α: λ = α / mean isolated duration.
+    #[arg(long, default_value_t = 0.9)]
+    load: f64,
+    /// Seconds of arrivals.
+    #[arg(long, default_value_t = 20.0)]
+    duration: f64,
+    /// Arrivals in the first seconds are not measured.
+    #[arg(long, default_value_t = 2.0)]
+    warmup_s: f64,
+    #[command(flatten)]
+    mix: MixArgs,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Write the run (summary and every sample) as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace of the workers (in-process only).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Also print one line per query.
+    #[arg(long)]
+    per_query: bool,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SpinArgs {
+    /// Clients, each with one query in flight at all times.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 20.0)]
+    duration: f64,
+    /// Seconds before the stable window starts.
+    #[arg(long, default_value_t = 3.0)]
+    warmup_s: f64,
+    /// Moving-average window in seconds.
+    #[arg(long, default_value_t = 5)]
+    window: usize,
+    #[command(flatten)]
+    mix: MixArgs,
+    /// Do not measure isolated latencies first (no slowdowns then).
+    #[arg(long)]
+    no_isolated: bool,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Write the run (throughput per second and every sample) as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace of the workers (in-process only).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A sweep's results.json.
+    #[arg(long, value_name = "FILE")]
+    results: PathBuf,
+    /// Peers' results (scripts/peers.py) to set beside Stride's policies.
+    #[arg(long, value_name = "FILE")]
+    peers: Option<PathBuf>,
+    /// Directory for report.md and the figures (default: next to results.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 pub fn run(cmd: &BenchCommand, global: &GlobalArgs) -> Result<()> {
     match cmd {
-        BenchCommand::Isolated(args) => isolated(args, global),
-        BenchCommand::Mixed(args) => mixed(args, global),
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn mixed(args: &MixedArgs, global: &GlobalArgs) -> Result<()> {
-    let (Some(small), Some(large)) = (
-        global.tpch.iter().copied().reduce(f64::min),
-        global.tpch.iter().copied().reduce(f64::max),
-    ) else {
-        bail!("name two TPC-H scale factors, e.g. --tpch 0.1,1");
-    };
-    if args.runs == 0 {
-        bail!("--runs must be at least 1");
-    }
-    let find = |sf: f64, name: &str| {
-        workload::tpch(sf)
-            .into_iter()
-            .find(|q| q.name == name)
-            .ok_or_else(|| anyhow::anyhow!("no TPC-H query named {name}"))
-    };
-    let (short_q, long_q) = (find(small, &args.short)?, find(large, &args.long)?);
-    let (engine, mut short_session) = crate::start(global)?;
-    short_session.set_default_schema(&stride_storage::scale_factor_schema("", small))?;
-    let run_short = |session: &mut stride_sql::Session| -> Result<Vec<Duration>> {
-        let mut times = Vec::with_capacity(args.runs);
-        for _ in 0..args.runs {
-            let t = Instant::now();
-            session.query(&short_q.sql)?;
-            times.push(t.elapsed());
+        BenchCommand::Isolated(args) => isolated_cmd(args, global),
+        BenchCommand::Poisson(args) => poisson_cmd(args, global),
+        BenchCommand::Spin(args) => spin_cmd(args, global),
+        BenchCommand::Sweep(args) => sweep::run(args, global),
+        BenchCommand::Report(args) => {
+            let results = report::read_json(&args.results)?;
+            let peers = args.peers.as_deref().map(report::read_json).transpose()?;
+            let out = match &args.out {
+                Some(o) => o.clone(),
+                None => args
+                    .results
+                    .parent()
+                    .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+            };
+            report::write(&results, peers.as_ref(), &out)?;
+            eprintln!("wrote {}", out.join("report.md").display());
+            Ok(())
         }
-        times.sort();
-        Ok(times)
-    };
-    short_session.query(&short_q.sql)?; // warm-up
-    let alone = run_short(&mut short_session)?;
-
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut long_session = engine.session();
-    long_session.set_default_schema(&stride_storage::scale_factor_schema("", large))?;
-    let background = {
-        let stop = stop.clone();
-        let sql = long_q.sql.clone();
-        std::thread::spawn(move || -> Result<Vec<Duration>> {
-            let mut times = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let t = Instant::now();
-                long_session.query(&sql)?;
-                times.push(t.elapsed());
-            }
-            Ok(times)
-        })
-    };
-    std::thread::sleep(Duration::from_millis(100));
-    let loaded = run_short(&mut short_session);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut long_times = background
-        .join()
-        .map_err(|_| anyhow::anyhow!("background query thread panicked"))??;
-    let loaded = loaded?;
-    long_times.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!(
-        "policy {}, {} workers: short {} (sf {small}) while long {} (sf {large}) runs",
-        engine.scheduler().config().policy.name(),
-        engine.scheduler().config().workers,
-        short_q.name,
-        long_q.name
-    );
-    println!(
-        "short alone:  p50 {:.2} ms  p95 {:.2} ms",
-        ms(percentile(&alone, 0.5)),
-        ms(percentile(&alone, 0.95))
-    );
-    println!(
-        "short loaded: p50 {:.2} ms  p95 {:.2} ms  slowdown_p50={:.2}",
-        ms(percentile(&loaded, 0.5)),
-        ms(percentile(&loaded, 0.95)),
-        percentile(&loaded, 0.5).as_secs_f64() / percentile(&alone, 0.5).as_secs_f64()
-    );
-    if !long_times.is_empty() {
-        println!(
-            "long loaded:  p50 {:.2} ms over {} runs",
-            ms(percentile(&long_times, 0.5)),
-            long_times.len()
-        );
+        BenchCommand::Mixed(args) => mixed::mixed(args, global),
+        BenchCommand::SchedOverhead(args) => sched_overhead::run(args),
     }
+}
+
+/// The system under test: the server named by `--pg`, or the engine with
+/// the data of `global` generated (and a tracer attached when asked).
+fn target(
+    args: &TargetArgs,
+    global: &GlobalArgs,
+    tracer: Option<&Arc<Tracer>>,
+) -> Result<Arc<Target>> {
+    let target = if args.pg.is_some() {
+        if tracer.is_some() {
+            bail!("--trace needs the in-process engine (not --pg)");
+        }
+        let t = Target::connect_pg(args)?;
+        if let Some(policy) = &global.policy {
+            t.set_policy(policy)?;
+        }
+        t
+    } else {
+        let (engine, _) = crate::start_traced(global, tracer.cloned())?;
+        Target::Engine(engine)
+    };
+    Ok(Arc::new(target))
+}
+
+/// Isolated latencies: read from `--isolated FILE`, or measured now.
+fn isolated_for(target: &Target, mix: &Mix, args: &MixArgs) -> Result<Isolated> {
+    if let Some(path) = &args.isolated {
+        let iso = Isolated::read(path)?;
+        for c in &mix.classes {
+            for q in &c.queries {
+                iso.median_ms(&c.schema, &q.name)
+                    .with_context(|| format!("in {}", path.display()))?;
+            }
+        }
+        return Ok(iso);
+    }
+    if args.isolated_runs == 0 {
+        bail!("--isolated-runs must be at least 1");
+    }
+    eprintln!(
+        "measuring isolated latencies (1 warm-up + {} runs per query)…",
+        args.isolated_runs
+    );
+    let suites: Vec<isolated::Suite> = mix
+        .classes
+        .iter()
+        .map(|c| isolated::Suite {
+            schema: &c.schema,
+            queries: &c.queries,
+        })
+        .collect();
+    let t0 = Instant::now();
+    isolated::measure(
+        target,
+        t0,
+        &suites,
+        1,
+        args.isolated_runs,
+        true,
+        &mut Vec::new(),
+    )
+}
+
+fn write_json(path: &Path, v: &Value) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string(v)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
     Ok(())
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+/// A tracer when `--trace` was given, and (about) the instant its clock starts.
+fn new_tracer(path: &Option<PathBuf>) -> Option<(Arc<Tracer>, Instant)> {
+    path.as_ref().map(|_| (Tracer::new(), Instant::now()))
 }
 
-fn isolated(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
+fn isolated_cmd(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
     if global.tpch.is_empty() && global.ssb.is_empty() {
         bail!("name the data to run on: --tpch <SF> and/or --ssb <SF>");
     }
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let (engine, mut session) = crate::start(global)?;
+    let tracer = new_tracer(&args.trace);
+    let target = target(&args.target, global, tracer.as_ref().map(|t| &t.0))?;
+    let filter = |qs: Vec<Query>| -> Result<Vec<Query>> {
+        for name in &args.queries {
+            if !qs.iter().any(|q| &q.name == name) {
+                bail!("--queries: no query named {name}");
+            }
+        }
+        Ok(qs
+            .into_iter()
+            .filter(|q| args.queries.is_empty() || args.queries.contains(&q.name))
+            .collect())
+    };
     let mut suites: Vec<(String, Vec<Query>)> = Vec::new();
     for &sf in &global.tpch {
         suites.push((
             stride_storage::scale_factor_schema("", sf),
-            workload::tpch(sf),
+            filter(workload::tpch(sf))?,
         ));
     }
     for &sf in &global.ssb {
         suites.push((
             stride_storage::scale_factor_schema("ssb_", sf),
-            workload::ssb(),
+            filter(workload::ssb())?,
         ));
     }
     println!(
-        "isolated latency: {} workers, {} warm-up + {} measured runs per query",
-        engine.scheduler().config().workers,
+        "isolated latency ({}): {} workers, {} warm-up + {} measured runs per query",
+        target.system(),
+        target
+            .workers()
+            .map_or_else(|| "?".to_string(), |w| w.to_string()),
         args.warmup,
         args.runs
     );
-    for (schema, queries) in suites {
-        session.set_default_schema(&schema)?;
-        println!("\nschema {schema}");
-        println!(
-            "{:<6} {:>10} {:>10} {:>10} {:>8}",
-            "query", "median_ms", "min_ms", "max_ms", "rows"
-        );
-        let mut sum = Duration::ZERO;
-        let mut log_sum = 0.0;
-        let mut count = 0;
-        for q in queries {
-            if !args.queries.is_empty() && !args.queries.contains(&q.name) {
-                continue;
-            }
-            for _ in 0..args.warmup {
-                session.query(&q.sql)?;
-            }
-            let mut times = Vec::with_capacity(args.runs);
-            let mut rows = 0;
-            for _ in 0..args.runs {
-                let t = Instant::now();
-                let out = session.query(&q.sql)?;
-                times.push(t.elapsed());
-                rows = out.num_rows();
-            }
-            let (min, max) = (times.iter().min().copied(), times.iter().max().copied());
-            let med = median(times);
-            sum += med;
-            log_sum += med.as_secs_f64().max(1e-9).ln();
-            count += 1;
-            println!(
-                "{:<6} {:>10.2} {:>10.2} {:>10.2} {:>8}",
-                q.name,
-                med.as_secs_f64() * 1e3,
-                min.unwrap_or_default().as_secs_f64() * 1e3,
-                max.unwrap_or_default().as_secs_f64() * 1e3,
-                rows
-            );
-        }
-        if count > 0 {
-            println!(
-                "sum_of_medians_ms={:.1} geomean_ms={:.2} queries={count}",
-                sum.as_secs_f64() * 1e3,
-                (log_sum / count as f64).exp() * 1e3
-            );
-        }
+    let borrowed: Vec<isolated::Suite> = suites
+        .iter()
+        .map(|(s, q)| isolated::Suite {
+            schema: s,
+            queries: q,
+        })
+        .collect();
+    let mut samples = Vec::new();
+    let t0 = Instant::now();
+    let iso = isolated::measure(
+        &target,
+        t0,
+        &borrowed,
+        args.warmup,
+        args.runs,
+        true,
+        &mut samples,
+    )?;
+    if let Some(path) = &args.json {
+        let mut v = iso.to_json();
+        v["workers"] = target.workers().into();
+        write_json(path, &v)?;
+    }
+    if let (Some(path), Some((tracer, origin))) = (&args.trace, &tracer) {
+        trace::write(path, &tracer.take(), *origin, t0, &samples)?;
+    }
+    Ok(())
+}
+
+fn poisson_cmd(args: &PoissonArgs, global: &GlobalArgs) -> Result<()> {
+    let mix = Mix::new(global, &args.mix)?;
+    let tracer = new_tracer(&args.trace);
+    let target = target(
+        &args.target,
+        &mix::with_data(global, args.mix.classes),
+        tracer.as_ref().map(|t| &t.0),
+    )?;
+    let iso = isolated_for(&target, &mix, &args.mix)?;
+    let policy = target.policy_name()?;
+    if let Some((t, _)) = &tracer {
+        t.take(); // only the Poisson run goes into the trace
+    }
+    let cfg = poisson::PoissonConfig {
+        load: args.load,
+        duration_s: args.duration,
+        warmup_s: args.warmup_s,
+        seed: args.mix.seed,
+        progress: !args.quiet,
+    };
+    let run = poisson::run(&target, &mix, &iso, &cfg, &policy)?;
+    println!(
+        "\npoisson ({}, policy {policy}): α = {}, λ = {:.2} queries/s (mean isolated {:.1} ms), {} arrivals in {} s, {} s warm-up excluded",
+        target.system(),
+        args.load,
+        run.json["lambda_qps"].as_f64().unwrap_or(f64::NAN),
+        run.json["mean_isolated_ms"].as_f64().unwrap_or(f64::NAN),
+        run.samples.len(),
+        args.duration,
+        args.warmup_s
+    );
+    let summary = stats::summarize_run(&stats::points(&run.json), args.duration - args.warmup_s);
+    summary.print(&mut std::io::stdout(), args.per_query)?;
+    if let Some(path) = &args.json {
+        let mut v = run.json.clone();
+        v["isolated"] = iso.to_json();
+        write_json(path, &v)?;
+    }
+    if let (Some(path), Some((tracer, origin))) = (&args.trace, &tracer) {
+        trace::write(path, &tracer.take(), *origin, run.t0, &run.samples)?;
+    }
+    Ok(())
+}
+
+fn spin_cmd(args: &SpinArgs, global: &GlobalArgs) -> Result<()> {
+    let mix = Arc::new(Mix::new(global, &args.mix)?);
+    let tracer = new_tracer(&args.trace);
+    let target = target(
+        &args.target,
+        &mix::with_data(global, args.mix.classes),
+        tracer.as_ref().map(|t| &t.0),
+    )?;
+    let iso = if args.no_isolated {
+        None
+    } else {
+        Some(isolated_for(&target, &mix, &args.mix)?)
+    };
+    let policy = target.policy_name()?;
+    if let Some((t, _)) = &tracer {
+        t.take(); // only the spin run goes into the trace
+    }
+    let cfg = spin::SpinConfig {
+        clients: args.clients,
+        duration_s: args.duration,
+        warmup_s: args.warmup_s,
+        window_s: args.window,
+        seed: args.mix.seed,
+        progress: !args.quiet,
+    };
+    let run = spin::run(&target, &mix, iso.as_ref(), &cfg, &policy)?;
+    let tp = &run.throughput;
+    println!(
+        "\nspin ({}, policy {policy}): {} clients, {} s; stable window {}–{} s: {:.2} ± {:.2} (2·SEM) completions/s",
+        target.system(),
+        args.clients,
+        args.duration,
+        tp.stable_from_s,
+        tp.stable_to_s,
+        tp.mean_qps,
+        2.0 * tp.sem_qps
+    );
+    println!(
+        "completions per second: {:?}\nmoving average ({} s): {}",
+        tp.per_second,
+        args.window,
+        tp.moving_average
+            .iter()
+            .map(|v| format!("{v:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let measured = (tp.stable_to_s - tp.stable_from_s) as f64;
+    stats::summarize_run(&stats::points(&run.json), measured)
+        .print(&mut std::io::stdout(), false)?;
+    if let Some(path) = &args.json {
+        write_json(path, &run.json)?;
+    }
+    if let (Some(path), Some((tracer, origin))) = (&args.trace, &tracer) {
+        trace::write(path, &tracer.take(), *origin, run.t0, &run.samples)?;
     }
     Ok(())
 }

@@ -48,12 +48,19 @@ struct GlobalArgs {
     /// Fixed tuples per morsel (default: adaptive morsels sized to t_max, seed 001 §3.1).
     #[arg(long, global = true)]
     morsel_rows: Option<usize>,
-    /// Scheduling policy: fifo, fair or stride (decaying priorities).
-    #[arg(long, global = true, default_value = "fifo")]
-    policy: String,
+    /// Scheduling policy: fifo, fair, stride (decaying priorities), lottery,
+    /// srpt, if-srpt or threshold (default fifo). With `bench … --pg`, sent
+    /// to the server as `SET stride.policy` only when given.
+    #[arg(long, global = true)]
+    policy: Option<String>,
     /// Do not pin workers to cores.
     #[arg(long, global = true)]
     no_pin: bool,
+    /// Self-tuning of the decaying priorities (seed 001 §4, stride policy):
+    /// `TRACK,REFRESH` in seconds (e.g. 20,60, the seed's values); off when
+    /// absent. Runs are listed in the system view `stride.tuning`.
+    #[arg(long, global = true, value_delimiter = ',', num_args = 2, value_names = ["TRACK", "REFRESH"])]
+    self_tuning: Option<Vec<f64>>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -95,7 +102,18 @@ struct ServeArgs {
 
 /// Builds the engine and generates the requested data.
 fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
-    let mut scheduler = SchedulerConfig::default();
+    start_traced(global, None)
+}
+
+/// As [`start`], with every task recorded by `tracer` (`bench … --trace`).
+fn start_traced(
+    global: &GlobalArgs,
+    tracer: Option<Arc<stride_sched::Tracer>>,
+) -> Result<(Arc<Engine>, Session)> {
+    let mut scheduler = SchedulerConfig {
+        trace: tracer,
+        ..SchedulerConfig::default()
+    };
     if let Some(w) = global.workers {
         if w == 0 {
             bail!("--workers must be at least 1");
@@ -109,11 +127,19 @@ fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
         scheduler.morsels = stride_sched::MorselPolicy::Fixed(rows);
     }
     scheduler.pin_workers = !global.no_pin;
-    scheduler.policy = stride_sched::Policy::parse(&global.policy).with_context(|| {
-        format!(
-            "unknown policy \"{}\" (expected fifo, fair or stride)",
-            global.policy
-        )
+    if let Some(t) = &global.self_tuning {
+        let (track, refresh) = (t[0], t[1]);
+        if !(track > 0.0 && refresh >= track && refresh.is_finite()) {
+            bail!("--self-tuning TRACK,REFRESH needs 0 < TRACK <= REFRESH (seconds), got {track},{refresh}");
+        }
+        scheduler.tuning = Some(stride_sched::TuningConfig {
+            track: std::time::Duration::from_secs_f64(track),
+            refresh: std::time::Duration::from_secs_f64(refresh),
+        });
+    }
+    let policy = global.policy.as_deref().unwrap_or("fifo");
+    scheduler.policy = stride_sched::Policy::parse(policy).with_context(|| {
+        format!("unknown policy \"{policy}\" (expected fifo, fair, stride, lottery, srpt, if-srpt or threshold)")
     })?;
     let engine = Engine::new(EngineConfig { scheduler });
     let mut session = engine.session();

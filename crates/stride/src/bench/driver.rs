@@ -1,0 +1,299 @@
+//! Where benchmark queries go: the in-process engine (one `Session` per
+//! query) or any PostgreSQL-protocol server (one connection per in-flight
+//! query, from a pool), behind one blocking interface so that Stride and
+//! PostgreSQL are driven the same way.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use stride_sql::{Engine, Session};
+
+/// `--pg host:port[/dbname]` and its credentials.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TargetArgs {
+    /// Drive a PostgreSQL-protocol server at host:port[/dbname] (stride serve,
+    /// PostgreSQL) instead of the in-process engine. The scale-factor flags
+    /// then only name the schemas to query (sf0_1, sf1, ssb_sf1, …).
+    #[arg(long, value_name = "HOST:PORT[/DB]")]
+    pub pg: Option<String>,
+    /// User name for --pg.
+    #[arg(long, env = "PGUSER", default_value = "stride")]
+    pub pg_user: String,
+    /// Password for --pg (default: none).
+    #[arg(long, env = "PGPASSWORD")]
+    pub pg_password: Option<String>,
+}
+
+/// One open connection: a session of the engine, or a client of a server.
+pub enum Conn {
+    Session(Box<Session>),
+    Pg(tokio_postgres::Client),
+}
+
+/// The system under test.
+pub enum Target {
+    Engine(Arc<Engine>),
+    Pg(PgTarget),
+}
+
+pub struct PgTarget {
+    runtime: tokio::runtime::Runtime,
+    config: tokio_postgres::Config,
+    /// Idle connections by schema (their `search_path`).
+    pool: Mutex<HashMap<String, Vec<tokio_postgres::Client>>>,
+    /// What the server says it is (`SELECT version()`).
+    pub version: String,
+}
+
+/// Parses `host:port[/dbname]`.
+pub fn parse_address(addr: &str) -> Result<(String, u16, String)> {
+    let (hostport, db) = match addr.split_once('/') {
+        Some((hp, db)) if !db.is_empty() => (hp, db.to_string()),
+        Some((hp, _)) => (hp, "postgres".to_string()),
+        None => (addr, "postgres".to_string()),
+    };
+    let (host, port) = hostport
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow!("--pg {addr}: expected host:port[/dbname]"))?;
+    if host.is_empty() {
+        bail!("--pg {addr}: the host is missing");
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| anyhow!("--pg {addr}: \"{port}\" is not a port number"))?;
+    Ok((host.to_string(), port, db))
+}
+
+impl Target {
+    /// Connects to the server named by `--pg`.
+    pub fn connect_pg(args: &TargetArgs) -> Result<Target> {
+        let addr = args.pg.as_deref().context("no --pg address")?;
+        let (host, port, db) = parse_address(addr)?;
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host(&host)
+            .port(port)
+            .dbname(&db)
+            .user(&args.pg_user)
+            .application_name("stride-bench");
+        if let Some(p) = &args.pg_password {
+            config.password(p);
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("bench-pg")
+            .build()
+            .context("starting the client runtime")?;
+        let mut target = PgTarget {
+            runtime,
+            config,
+            pool: Mutex::new(HashMap::new()),
+            version: String::new(),
+        };
+        let client = target
+            .open(None)
+            .with_context(|| format!("connecting to {addr}"))?;
+        let rows = target
+            .runtime
+            .block_on(client.simple_query("select version()"))
+            .context("select version()")?;
+        target.version = rows
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Ok(Target::Pg(target))
+    }
+
+    /// A short name of the system: "stride", "postgres" or what the server says.
+    pub fn system(&self) -> String {
+        match self {
+            Target::Engine(_) => "stride".into(),
+            Target::Pg(pg) => {
+                let v = pg.version.to_ascii_lowercase();
+                if v.contains("stride") {
+                    "stride (wire)".into()
+                } else if v.contains("postgresql") {
+                    "postgres".into()
+                } else {
+                    pg.version.clone()
+                }
+            }
+        }
+    }
+
+    /// Sets the scheduling policy: in-process directly, over the wire with
+    /// `SET stride.policy` (only Stride understands it).
+    pub fn set_policy(&self, policy: &str) -> Result<()> {
+        match self {
+            Target::Engine(engine) => {
+                let p = stride_sched::Policy::parse(policy)
+                    .ok_or_else(|| anyhow!("unknown policy \"{policy}\""))?;
+                engine.scheduler().set_policy(p);
+                Ok(())
+            }
+            Target::Pg(_) => {
+                let mut conn = self.acquire("")?;
+                conn.run(self, &format!("SET stride.policy = '{policy}'"))
+                    .with_context(|| {
+                        format!("SET stride.policy = '{policy}' (is the server Stride?)")
+                    })?;
+                self.release("", conn);
+                Ok(())
+            }
+        }
+    }
+
+    /// The current policy's name as the target reports it.
+    pub fn policy_name(&self) -> Result<String> {
+        match self {
+            Target::Engine(engine) => Ok(engine.scheduler().policy().name().to_string()),
+            Target::Pg(pg) => {
+                if !pg.version.to_ascii_lowercase().contains("stride") {
+                    return Ok("os".into());
+                }
+                let mut conn = self.acquire("")?;
+                let value = match &mut conn {
+                    Conn::Pg(client) => pg
+                        .runtime
+                        .block_on(client.simple_query("SHOW stride.policy"))?
+                        .iter()
+                        .find_map(|m| match m {
+                            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                                r.get(0).map(str::to_string)
+                            }
+                            _ => None,
+                        })
+                        .unwrap_or_default(),
+                    Conn::Session(_) => unreachable!("a PostgreSQL target hands out clients"),
+                };
+                self.release("", conn);
+                Ok(value)
+            }
+        }
+    }
+
+    /// A connection whose unqualified table names resolve in `schema` (the
+    /// empty string: the target's default).
+    pub fn acquire(&self, schema: &str) -> Result<Conn> {
+        match self {
+            Target::Engine(engine) => {
+                let mut session = engine.session();
+                if !schema.is_empty() {
+                    session.set_default_schema(schema)?;
+                }
+                Ok(Conn::Session(Box::new(session)))
+            }
+            Target::Pg(pg) => {
+                let idle = pg
+                    .pool
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_mut(schema)
+                    .and_then(Vec::pop);
+                match idle {
+                    Some(c) if !c.is_closed() => Ok(Conn::Pg(c)),
+                    _ => Ok(Conn::Pg(pg.open(Some(schema))?)),
+                }
+            }
+        }
+    }
+
+    /// Returns a connection to the pool (sessions are simply dropped).
+    pub fn release(&self, schema: &str, conn: Conn) {
+        if let (Target::Pg(pg), Conn::Pg(client)) = (self, conn) {
+            if !client.is_closed() {
+                pg.pool
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(schema.to_string())
+                    .or_default()
+                    .push(client);
+            }
+        }
+    }
+
+    /// The engine, when the target is in-process.
+    pub fn engine(&self) -> Option<&Arc<Engine>> {
+        match self {
+            Target::Engine(e) => Some(e),
+            Target::Pg(_) => None,
+        }
+    }
+
+    /// Worker threads, where known.
+    pub fn workers(&self) -> Option<usize> {
+        self.engine().map(|e| e.scheduler().config().workers)
+    }
+}
+
+impl PgTarget {
+    fn open(&self, schema: Option<&str>) -> Result<tokio_postgres::Client> {
+        let (client, connection) = self
+            .runtime
+            .block_on(self.config.connect(tokio_postgres::NoTls))?;
+        self.runtime.spawn(async move {
+            // Ends when the client is dropped or the server goes away; the
+            // next query on the client reports the error.
+            let _ = connection.await;
+        });
+        if let Some(schema) = schema.filter(|s| !s.is_empty()) {
+            self.runtime
+                .block_on(client.simple_query(&format!("SET search_path = {schema}")))
+                .with_context(|| format!("SET search_path = {schema}"))?;
+        }
+        Ok(client)
+    }
+}
+
+impl Conn {
+    /// Runs one statement and returns the number of rows it produced.
+    pub fn run(&mut self, target: &Target, sql: &str) -> Result<usize> {
+        match (self, target) {
+            (Conn::Session(session), _) => {
+                let mut rows = 0;
+                for out in session.execute(sql)? {
+                    if let stride_sql::StatementOutput::Query(q) = out {
+                        rows += q.num_rows();
+                    }
+                }
+                Ok(rows)
+            }
+            (Conn::Pg(client), Target::Pg(pg)) => {
+                let messages = pg.runtime.block_on(client.simple_query(sql))?;
+                Ok(messages
+                    .iter()
+                    .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+                    .count())
+            }
+            (Conn::Pg(_), Target::Engine(_)) => {
+                bail!("a server connection used with the in-process target")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_address;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            parse_address("127.0.0.1:5433").unwrap(),
+            ("127.0.0.1".into(), 5433, "postgres".into())
+        );
+        assert_eq!(
+            parse_address("localhost:5432/tpch").unwrap(),
+            ("localhost".into(), 5432, "tpch".into())
+        );
+        assert!(parse_address("localhost").is_err());
+        assert!(parse_address("localhost:x").is_err());
+        assert!(parse_address(":5432").is_err());
+    }
+}

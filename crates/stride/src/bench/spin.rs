@@ -1,0 +1,233 @@
+//! The closed-loop "spin" benchmark (seed 000 §4.1): C clients each send a
+//! query drawn from the mix as soon as their previous one completed, so the
+//! system never runs dry. Completions are counted per second; the maximum
+//! throughput is their mean over the stable window (after the warm-up), with
+//! the standard error of the mean, and a moving average shows stability.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use rand::SeedableRng;
+use serde_json::{json, Value};
+
+use super::driver::Target;
+use super::mix::{Isolated, Mix};
+use super::progress::Progress;
+use super::stats::{points, summarize_run, Sample};
+
+#[derive(Debug, Clone)]
+pub struct SpinConfig {
+    pub clients: usize,
+    pub duration_s: f64,
+    /// Seconds excluded before the stable window starts.
+    pub warmup_s: f64,
+    /// Moving-average window in seconds.
+    pub window_s: usize,
+    pub seed: u64,
+    pub progress: bool,
+}
+
+/// Completions per second over a run.
+#[derive(Debug, Clone)]
+pub struct Throughput {
+    pub per_second: Vec<usize>,
+    pub moving_average: Vec<f64>,
+    pub mean_qps: f64,
+    pub sem_qps: f64,
+    pub stable_from_s: usize,
+    pub stable_to_s: usize,
+}
+
+/// Counts completions (`end` times, seconds) per second of `[0, duration)`.
+pub fn throughput(ends: &[f64], duration_s: f64, warmup_s: f64, window: usize) -> Throughput {
+    let secs = duration_s.floor().max(1.0) as usize;
+    let mut per_second = vec![0usize; secs];
+    for &e in ends {
+        if e >= 0.0 && e < secs as f64 {
+            per_second[e as usize] += 1;
+        }
+    }
+    let window = window.max(1);
+    let moving_average = (0..secs)
+        .map(|i| {
+            let from = (i + 1).saturating_sub(window);
+            per_second[from..=i].iter().sum::<usize>() as f64 / (i + 1 - from) as f64
+        })
+        .collect();
+    let from = (warmup_s.ceil() as usize).min(secs - 1);
+    let stable: Vec<f64> = per_second[from..].iter().map(|&c| c as f64).collect();
+    let n = stable.len() as f64;
+    let mean = stable.iter().sum::<f64>() / n;
+    let var = if stable.len() > 1 {
+        stable.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    Throughput {
+        per_second,
+        moving_average,
+        mean_qps: mean,
+        sem_qps: (var / n).sqrt(),
+        stable_from_s: from,
+        stable_to_s: secs,
+    }
+}
+
+pub struct SpinRun {
+    /// The instant sample times count from.
+    pub t0: Instant,
+    pub samples: Vec<Sample>,
+    pub json: Value,
+    pub throughput: Throughput,
+}
+
+pub fn run(
+    target: &Arc<Target>,
+    mix: &Arc<Mix>,
+    iso: Option<&Isolated>,
+    cfg: &SpinConfig,
+    policy: &str,
+) -> Result<SpinRun> {
+    if cfg.clients == 0 {
+        bail!("--clients must be at least 1");
+    }
+    if !(cfg.duration_s >= 1.0) || cfg.warmup_s < 0.0 || cfg.warmup_s >= cfg.duration_s {
+        bail!(
+            "need a duration of at least 1 s and 0 <= warm-up ({} s) < duration ({} s)",
+            cfg.warmup_s,
+            cfg.duration_s
+        );
+    }
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let progress = Progress::start(
+        cfg.progress,
+        format!("spin {policy} C={}", cfg.clients),
+        cfg.duration_s,
+        in_flight.clone(),
+    );
+    let iso = Arc::new(iso.cloned());
+    let t0 = Instant::now();
+    let threads: Vec<_> = (0..cfg.clients)
+        .map(|client| {
+            let (target, mix, iso, samples, in_flight) = (
+                target.clone(),
+                mix.clone(),
+                iso.clone(),
+                samples.clone(),
+                in_flight.clone(),
+            );
+            let (arrived, done) = (progress.arrived.clone(), progress.done.clone());
+            let (duration, seed) = (cfg.duration_s, cfg.seed.wrapping_add(client as u64));
+            std::thread::Builder::new()
+                .name(format!("spin-{client}"))
+                .stack_size(8 << 20)
+                .spawn(move || {
+                    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+                    let mut mine = Vec::new();
+                    while t0.elapsed().as_secs_f64() < duration {
+                        let (c, q) = mix.draw(&mut rng);
+                        let class = &mix.classes[c];
+                        let query = &class.queries[q];
+                        arrived.fetch_add(1, Ordering::Relaxed);
+                        in_flight.fetch_add(1, Ordering::Relaxed);
+                        let start = t0.elapsed().as_secs_f64();
+                        let result = target.acquire(&class.schema).and_then(|mut conn| {
+                            let r = conn.run(&target, &query.sql);
+                            target.release(&class.schema, conn);
+                            r
+                        });
+                        let end = t0.elapsed().as_secs_f64();
+                        in_flight.fetch_sub(1, Ordering::Relaxed);
+                        done.fetch_add(1, Ordering::Relaxed);
+                        mine.push(Sample {
+                            query: query.name.clone(),
+                            class: class.name.clone(),
+                            arrival: start,
+                            start,
+                            end,
+                            latency_ms: (end - start) * 1e3,
+                            isolated_ms: iso
+                                .as_ref()
+                                .as_ref()
+                                .and_then(|i| i.median_ms(&class.schema, &query.name).ok()),
+                            warmup: false,
+                            error: result.err().map(|e| format!("{e:#}")),
+                        });
+                    }
+                    samples
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(mine);
+                })
+        })
+        .collect::<std::io::Result<_>>()?;
+    for t in threads {
+        if t.join().is_err() {
+            bail!("a spin client panicked");
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    progress.stop();
+    let mut samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
+    samples.sort_by(|a, b| a.end.total_cmp(&b.end));
+    for s in &mut samples {
+        // Only completions inside the stable window count.
+        s.warmup = s.end < cfg.warmup_s || s.end >= cfg.duration_s;
+    }
+    let ends: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.error.is_none())
+        .map(|s| s.end)
+        .collect();
+    let tp = throughput(&ends, cfg.duration_s, cfg.warmup_s, cfg.window_s);
+    let mut json = json!({
+        "kind": "spin",
+        "system": target.system(),
+        "policy": policy,
+        "clients": cfg.clients,
+        "seed": cfg.seed,
+        "duration_s": cfg.duration_s,
+        "warmup_s": cfg.warmup_s,
+        "wall_s": wall,
+        "workers": target.workers(),
+        "classes": mix.to_json(),
+        "throughput": {
+            "mean_qps": tp.mean_qps, "sem_qps": tp.sem_qps,
+            "stable_from_s": tp.stable_from_s, "stable_to_s": tp.stable_to_s,
+            "window_s": cfg.window_s,
+            "per_second": tp.per_second, "moving_average": tp.moving_average,
+        },
+        "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
+    });
+    let measured = (tp.stable_to_s - tp.stable_from_s) as f64;
+    json["summary"] = summarize_run(&points(&json), measured).to_json();
+    Ok(SpinRun {
+        t0,
+        samples,
+        json,
+        throughput: tp,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::throughput;
+
+    #[test]
+    fn counts_per_second_and_stable_mean() {
+        // 2 completions in second 0, 4 in 1, 4 in 2, 6 in 3.
+        let mut ends = vec![0.1, 0.2];
+        ends.extend([1.1, 1.2, 1.3, 1.9]);
+        ends.extend([2.0, 2.5, 2.6, 2.7]);
+        ends.extend([3.0, 3.1, 3.2, 3.3, 3.4, 3.5, 4.5]);
+        let tp = throughput(&ends, 4.0, 1.0, 2);
+        assert_eq!(tp.per_second, vec![2, 4, 4, 6]);
+        assert_eq!(tp.moving_average, vec![2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(tp.stable_from_s, 1);
+        assert!((tp.mean_qps - 14.0 / 3.0).abs() < 1e-9);
+        assert!(tp.sem_qps > 0.0);
+    }
+}
