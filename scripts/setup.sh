@@ -1,18 +1,43 @@
 #!/usr/bin/env bash
-# Installs what the tests and benchmarks need besides Rust: PostgreSQL's
-# client programs (psql, pgbench) from Debian, used by the server tests.
-# Idempotent; does nothing when they are already there.
+# Installs what the tests and benchmarks need besides Rust.
+#
+#   bash scripts/setup.sh           psql and pgbench (Debian's postgresql-client),
+#                                   used by the server tests
+#   bash scripts/setup.sh --peers   also the peer comparison (scripts/peers.py):
+#                                   PostgreSQL's server (Debian's postgresql) and
+#                                   duckdb + psycopg (PyPI, scripts/requirements.txt)
+#
+# Idempotent; installs only what is missing.
 set -euo pipefail
+cd "$(dirname "$0")"
 
-if command -v psql >/dev/null && command -v pgbench >/dev/null; then
-    exit 0
-fi
+peers=0
+case "${1:-}" in
+    "") ;;
+    --peers) peers=1 ;;
+    *) echo "usage: bash scripts/setup.sh [--peers]" >&2; exit 2 ;;
+esac
+
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq postgresql-client >/dev/null
-command -v psql >/dev/null && command -v pgbench >/dev/null || {
-    echo "setup: postgresql-client did not provide psql and pgbench" >&2
-    exit 1
+apt_updated=0
+apt_install() {
+    if [ "$apt_updated" = 0 ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+    $SUDO apt-get install -y -qq "$@" >/dev/null
 }
+
+if ! command -v psql >/dev/null || ! command -v pgbench >/dev/null; then
+    apt_install postgresql-client
+    command -v psql >/dev/null && command -v pgbench >/dev/null || {
+        echo "setup: postgresql-client did not provide psql and pgbench" >&2
+        exit 1
+    }
+fi
+
+if [ "$peers" = 1 ]; then
+    if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+        apt_install postgresql
+    fi
+    python3 -m pip install -q -r requirements.txt
+fi
