@@ -40,6 +40,8 @@ import threading
 import time
 from pathlib import Path
 
+from duckdb_isolated import schema_name, stride_binary
+
 ROOT = Path(__file__).resolve().parent.parent
 TPCH_KEYS = {
     "region": ["r_regionkey"],
@@ -52,21 +54,6 @@ TPCH_KEYS = {
     "lineitem": ["l_orderkey", "l_linenumber"],
 }
 TPCH_INDEXES = ["create index on lineitem (l_partkey, l_suppkey)", "create index on orders (o_custkey)"]
-
-
-def schema_name(prefix, sf):
-    s = f"{sf}"
-    if "." in s:
-        s = s.rstrip("0").rstrip(".")
-    return f"{prefix}sf{s.replace('.', '_')}"
-
-
-def stride_binary(explicit):
-    if explicit:
-        return explicit
-    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
-    subprocess.run(["cargo", "build", "--release", "-p", "stride"], cwd=ROOT, check=True)
-    return str(Path(target) / "release" / "stride")
 
 
 def tpch_queries(sf):
