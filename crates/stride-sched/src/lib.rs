@@ -69,7 +69,7 @@ pub use group::{QueryHandle, QueryStats, ResourceGroupId};
 pub use morsel::{AdaptiveMorsels, MorselPolicy, MorselState};
 pub use overhead::{measure_decision_overhead, DecisionOverhead};
 pub use policy::{DecayParams, GroupFacts, Policy, TaskSetEstimate, ThresholdParams};
-pub use scheduler::{Scheduler, SchedulerConfig};
+pub use scheduler::{Scheduler, SchedulerConfig, WorkerOsPriority};
 pub use sim::{SimConfig, SimJob, SimResult, SimTaskSet};
 pub use task::{QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork};
 pub use trace::{TaskRecord, Tracer};

@@ -97,6 +97,19 @@ impl UpdateMasks {
         }
     }
 
+    /// Whether `worker` has updates it has not pulled yet: a new group or a
+    /// next task set that its current decision did not consider. Read by the
+    /// worker itself between morsels of a running task (preemption points,
+    /// [`crate::TaskContext::next_morsel`]), so a task yields early when the
+    /// choice may have changed. Relaxed loads, a hint only: a bit missed here
+    /// is seen at the next morsel or by the next `pull`, which orders it.
+    pub fn pending(&self, worker: usize) -> bool {
+        self.workers[worker]
+            .bits
+            .iter()
+            .any(|w| w.load(Ordering::Relaxed) != 0)
+    }
+
     /// Takes `worker`'s pending updates: calls `f(kind, slot)` once per bit
     /// that was set, change bits first. Returns whether any bit was set.
     /// Only the owning worker may pull its masks.

@@ -40,6 +40,12 @@ pub struct AdaptiveMorsels {
     pub alpha: f64,
     /// Shortest morsel duration in the shutdown state (`t_min`).
     pub min_duration: Duration,
+    /// Morsels per task in the default state: each is sized for
+    /// `t_max / morsels_per_task` (seed 001: 1, one morsel of `T·t_max`).
+    /// Stride's default of 4 puts a preemption point every `t_max / 4`
+    /// ([`crate::TaskContext::next_morsel`]) at the cost of a few more
+    /// morsel hand-outs; a task still runs until `t_max` is used up.
+    pub morsels_per_task: u32,
 }
 
 impl Default for AdaptiveMorsels {
@@ -48,6 +54,7 @@ impl Default for AdaptiveMorsels {
             initial_tuples: 16,
             alpha: 0.8,
             min_duration: Duration::from_micros(100),
+            morsels_per_task: 4,
         }
     }
 }
@@ -152,7 +159,8 @@ impl<'a> MorselSizer<'a> {
                     }
                 } else {
                     let throughput = self.state.throughput().unwrap_or(1e6);
-                    let mut duration = left.as_secs_f64();
+                    let slice = self.t_max.as_secs_f64() / f64::from(p.morsels_per_task.max(1));
+                    let mut duration = left.as_secs_f64().min(slice);
                     if let Some(r) = remaining {
                         let rest = r as f64 / throughput;
                         if rest < self.workers as f64 * self.t_max.as_secs_f64() {
@@ -244,7 +252,10 @@ mod tests {
 
     #[test]
     fn default_state_takes_one_morsel_of_t_times_t_max() {
-        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels {
+            morsels_per_task: 1,
+            ..AdaptiveMorsels::default()
+        });
         let state = MorselState::default();
         state.set_throughput(1e7);
         let sizes = task(&policy, &state, 1, 100, 1 << 30);
@@ -252,21 +263,34 @@ mod tests {
     }
 
     #[test]
+    fn default_state_splits_t_max_into_morsels_per_task() {
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        let state = MorselState::default();
+        state.set_throughput(1e7);
+        let sizes = task(&policy, &state, 1, 100, 1 << 30);
+        // 4 morsels of T·t_max/4 = 5000 tuples: the task still fills t_max.
+        assert_eq!(sizes, vec![5_000; 4]);
+    }
+
+    #[test]
     fn default_state_tracks_a_changed_throughput_with_the_ewma() {
         let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
         let state = MorselState::default();
         state.set_throughput(1e7);
-        // The pipeline is 4x slower than estimated: the first morsel overruns,
-        // the estimate moves by α = 0.8 towards the measurement.
+        // The pipeline is 4x slower than estimated: the first morsel fills
+        // t_max alone, the estimate moves by α = 0.8 towards the measurement.
         let sizes = task(&policy, &state, 1, 400, 1 << 30);
-        assert_eq!(sizes, vec![20_000]);
+        assert_eq!(sizes, vec![5_000]);
         let t = state.throughput().unwrap();
         assert!((t - (0.8 * 2.5e6 + 0.2 * 1e7)).abs() < 1.0, "{t}");
     }
 
     #[test]
     fn shutdown_splits_the_rest_over_the_workers() {
-        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels {
+            morsels_per_task: 1,
+            ..AdaptiveMorsels::default()
+        });
         let state = MorselState::default();
         state.set_throughput(1e7);
         // 4 workers, 40 000 tuples left = 4 ms < W·t_max: morsels of 1 ms.

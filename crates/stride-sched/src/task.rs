@@ -14,6 +14,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::masks::UpdateMasks;
 use crate::morsel::{MorselPolicy, MorselSizer, MorselState};
 
 /// Error raised by a task or a finalization step. The executor puts its own
@@ -97,7 +98,12 @@ pub struct TaskContext<'a> {
     pub(crate) morsel_max: u64,
     pub(crate) buckets: [u32; crate::group::MORSEL_BUCKETS],
     pub(crate) used_buckets: u64,
+    /// The task ended at a preemption point (see [`Self::next_morsel`]).
+    pub(crate) preempted: bool,
     cancelled: bool,
+    /// The running worker's update masks, checked between morsels; `None`
+    /// runs every task to `t_max` (seed 001's behaviour).
+    preemption: Option<&'a UpdateMasks>,
 }
 
 impl<'a> TaskContext<'a> {
@@ -107,6 +113,7 @@ impl<'a> TaskContext<'a> {
         t_max: Duration,
         morsels: (&'a MorselPolicy, &'a MorselState),
         cancelled: bool,
+        preemption: Option<&'a UpdateMasks>,
     ) -> Self {
         TaskContext {
             worker,
@@ -118,7 +125,9 @@ impl<'a> TaskContext<'a> {
             morsel_max: 0,
             buckets: [0; crate::group::MORSEL_BUCKETS],
             used_buckets: 0,
+            preempted: false,
             cancelled,
+            preemption,
         }
     }
 
@@ -138,9 +147,28 @@ impl<'a> TaskContext<'a> {
     /// returns [`TaskOutcome::Yielded`]. `remaining` is the number of tuples
     /// the task set's source still holds, if it knows (enables the shutdown
     /// state of adaptive morsels).
+    ///
+    /// **Preemption point.** Once the task has processed a morsel, it also
+    /// ends early when the worker's update masks hold a bit it has not
+    /// pulled ([`UpdateMasks::pending`]): a group arrived or a task set
+    /// became runnable since the worker chose this task, so the policy may
+    /// now prefer other work. Without this a newly arrived short query
+    /// waits for the rest of every running task (up to `t_max`), and again
+    /// at each of its pipeline boundaries. At least one morsel per task
+    /// keeps progress guaranteed; adaptive morsels are cut to
+    /// `t_max / morsels_per_task` so that the points come often
+    /// ([`crate::AdaptiveMorsels::morsels_per_task`]).
     pub fn next_morsel(&mut self, remaining: Option<usize>) -> Option<usize> {
         if self.cancelled {
             return None;
+        }
+        if self.morsels > 0 {
+            if let Some(masks) = self.preemption {
+                if masks.pending(self.worker) {
+                    self.preempted = true;
+                    return None;
+                }
+            }
         }
         self.sizer.next(remaining)
     }

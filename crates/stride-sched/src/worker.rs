@@ -36,7 +36,7 @@ use crate::local::LocalState;
 use crate::masks::MaskKind;
 use crate::overhead::DecisionClock;
 use crate::pins::Coordination;
-use crate::scheduler::Shared;
+use crate::scheduler::{Shared, WorkerOsPriority};
 use crate::slots::{SlotArray, SlotRead};
 use crate::sync::{lock, Ordering};
 use crate::task::{QueryError, TaskContext, TaskOutcome};
@@ -106,6 +106,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
     if shared.config.pin_workers {
         pin_to_core(index);
     }
+    set_os_priority(shared.config.worker_os_priority);
     let local = LocalState::new(
         shared.slots.len(),
         shared.config.workers,
@@ -283,6 +284,7 @@ impl Worker {
                 shared.config.t_max,
                 (&shared.config.morsels, &group.morsel_states[e.task_set]),
                 group.is_cancelled(),
+                shared.config.preemption.then_some(&shared.masks),
             );
             {
                 let task_set = &group.task_sets[e.task_set];
@@ -436,6 +438,30 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     } else {
         "unknown panic payload".to_string()
     }
+}
+
+/// Applies the workers' OS scheduling class to the calling thread.
+/// Failure (e.g. a negative nice value without the privilege) is ignored:
+/// like pinning, an optimisation, not a contract.
+fn set_os_priority(priority: WorkerOsPriority) {
+    #[cfg(target_os = "linux")]
+    match priority {
+        WorkerOsPriority::Normal => {}
+        // SAFETY: a plain system call on the calling thread's own id; no
+        // memory is passed to the kernel.
+        WorkerOsPriority::Nice(n) => unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            let _ = libc::setpriority(libc::PRIO_PROCESS, tid, n.clamp(-20, 19));
+        },
+        // SAFETY: `param` is a valid, initialised `sched_param` that the
+        // kernel only reads; pid 0 is the calling thread.
+        WorkerOsPriority::Idle => unsafe {
+            let param = libc::sched_param { sched_priority: 0 };
+            let _ = libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+        },
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = priority;
 }
 
 /// Pins the calling thread to core `index mod cores`. Failure (e.g. a

@@ -265,7 +265,8 @@ fn queries_table(log: &QueryLog) -> Result<Table> {
             rows.iter().map(|r| r.user_priority),
         )),
         Arc::new(Float64Array::from_iter(
-            rows.iter().map(|r| done(r).then_some(r.stats.final_priority)),
+            rows.iter()
+                .map(|r| done(r).then_some(r.stats.final_priority)),
         )),
         // The priority over time: "<ms since start>:<priority>" pairs.
         Arc::new(StringArray::from_iter(rows.iter().map(|r| {

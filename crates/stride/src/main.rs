@@ -56,6 +56,17 @@ struct GlobalArgs {
     /// Do not pin workers to cores.
     #[arg(long, global = true)]
     no_pin: bool,
+    /// Run every task to t_max: no preemption points between morsels.
+    #[arg(long, global = true)]
+    no_preemption: bool,
+    /// Adaptive morsels per task in the default state (seed 001: 1).
+    #[arg(long, global = true, default_value_t = 4)]
+    morsels_per_task: u32,
+    /// OS scheduling of the worker threads: nice:N, idle (SCHED_IDLE) or
+    /// normal; so that sessions' planning and the wire protocol preempt
+    /// workers when they wake.
+    #[arg(long, global = true, default_value = "nice:10")]
+    worker_os_priority: String,
     /// Self-tuning of the decaying priorities (seed 001 §4, stride policy):
     /// `TRACK,REFRESH` in seconds (e.g. 20,60, the seed's values); off when
     /// absent. Runs are listed in the system view `stride.tuning`.
@@ -127,6 +138,20 @@ fn start_traced(
         scheduler.morsels = stride_sched::MorselPolicy::Fixed(rows);
     }
     scheduler.pin_workers = !global.no_pin;
+    scheduler.preemption = !global.no_preemption;
+    scheduler.worker_os_priority =
+        stride_sched::WorkerOsPriority::parse(&global.worker_os_priority).with_context(|| {
+            format!(
+                "--worker-os-priority {}: expected normal, idle or nice:N with N in -20..=19",
+                global.worker_os_priority
+            )
+        })?;
+    if global.morsels_per_task == 0 {
+        bail!("--morsels-per-task must be at least 1");
+    }
+    if let stride_sched::MorselPolicy::Adaptive(a) = &mut scheduler.morsels {
+        a.morsels_per_task = global.morsels_per_task;
+    }
     if let Some(t) = &global.self_tuning {
         let (track, refresh) = (t[0], t[1]);
         if !(track > 0.0 && refresh >= track && refresh.is_finite()) {
