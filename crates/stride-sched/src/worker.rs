@@ -56,13 +56,16 @@ pub struct WorkerStats {
     pub idle_sleeps: u64,
     /// Task sets this worker finalized (it was the last to deregister).
     pub finalizations: u64,
+    /// Tasks that ended at a preemption point, before `t_max`
+    /// ([`crate::TaskContext::next_morsel`]).
+    pub preemptions: u64,
 }
 
 /// A worker's statistics counters. Each is written only by its worker, as
 /// a Relaxed load and store (no read-modify-write on the task path), and
 /// read Relaxed by [`crate::Scheduler::worker_stats`]: they publish nothing
 /// and are monotone, so a reader sees some recent value of each, not a
-/// consistent snapshot of all four. Aligned so that workers' counters do not
+/// consistent snapshot of all five. Aligned so that workers' counters do not
 /// share a cache line.
 #[derive(Debug, Default)]
 #[repr(align(128))]
@@ -71,6 +74,7 @@ pub(crate) struct WorkerCounters {
     busy_ns: StdAtomicU64,
     idle_sleeps: StdAtomicU64,
     finalizations: StdAtomicU64,
+    preemptions: StdAtomicU64,
 }
 
 impl WorkerCounters {
@@ -88,6 +92,7 @@ impl WorkerCounters {
             busy: Duration::from_nanos(self.busy_ns.load(StdOrdering::Relaxed)),
             idle_sleeps: self.idle_sleeps.load(StdOrdering::Relaxed),
             finalizations: self.finalizations.load(StdOrdering::Relaxed),
+            preemptions: self.preemptions.load(StdOrdering::Relaxed),
         }
     }
 }
@@ -306,6 +311,9 @@ impl Worker {
             let counters = &shared.worker_counters[self.index];
             WorkerCounters::add(&counters.tasks, 1);
             WorkerCounters::add(&counters.busy_ns, ran.as_nanos() as u64);
+            if ctx.preempted {
+                WorkerCounters::add(&counters.preemptions, 1);
+            }
             if let Some(t) = &self.trace {
                 t.record(
                     start,

@@ -550,3 +550,81 @@ fn set_policy_reaches_the_workers() {
     first.cancel();
     assert!(matches!(first.wait(), Err(QueryError::Cancelled)));
 }
+
+/// Morsels of `morsel` busy time each, counted, until `limit` morsels ran.
+struct Spinning {
+    morsel: Duration,
+    limit: usize,
+    done: Arc<AtomicUsize>,
+}
+
+impl TaskSetWork for Spinning {
+    fn name(&self) -> String {
+        "spinning".into()
+    }
+    fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
+        loop {
+            if self.done.load(Ordering::Relaxed) >= self.limit {
+                return Ok(TaskOutcome::Exhausted);
+            }
+            if ctx.next_morsel(None).is_none() {
+                return Ok(TaskOutcome::Yielded);
+            }
+            let start = std::time::Instant::now();
+            while start.elapsed() < self.morsel {
+                std::hint::spin_loop();
+            }
+            self.done.fetch_add(1, Ordering::Relaxed);
+            ctx.morsel_done(1);
+        }
+    }
+}
+
+/// One worker and a `t_max` (60 s) longer than the long query: its first
+/// task would take all 200 of its morsels. A short query arrives after 3;
+/// returns how many morsels of the long query had run when the short one
+/// completed, and the worker's count of preempted tasks.
+fn long_morsels_before_short_completes(preemption: bool) -> (usize, u64) {
+    let scheduler = Scheduler::new(SchedulerConfig {
+        workers: 1,
+        pin_workers: false,
+        t_max: Duration::from_secs(60),
+        morsels: MorselPolicy::Fixed(1),
+        // Least attained service: the newcomer (no CPU yet) ranks first.
+        policy: Policy::Srpt,
+        preemption,
+        ..SchedulerConfig::default()
+    });
+    let spinning = |limit, done: &Arc<AtomicUsize>| -> Arc<dyn TaskSetWork> {
+        Arc::new(Spinning {
+            morsel: Duration::from_millis(1),
+            limit,
+            done: done.clone(),
+        })
+    };
+    let (long_done, short_done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let long = scheduler.submit(vec![spinning(200, &long_done)]);
+    while long_done.load(Ordering::Relaxed) < 3 {
+        std::thread::yield_now();
+    }
+    let short = scheduler.submit(vec![spinning(5, &short_done)]);
+    short.wait().unwrap();
+    let seen = long_done.load(Ordering::Relaxed);
+    long.wait().unwrap();
+    assert_eq!(long_done.load(Ordering::Relaxed), 200);
+    assert_eq!(short_done.load(Ordering::Relaxed), 5);
+    (seen, scheduler.worker_stats()[0].preemptions)
+}
+
+#[test]
+fn a_new_group_preempts_a_running_task_at_its_next_morsel() {
+    let _serial = serial();
+    // The arrival's change-mask bit ends the long task after its current
+    // morsel (one or two more, whatever the machine's speed) ...
+    let (seen, preemptions) = long_morsels_before_short_completes(true);
+    assert!(seen < 50, "{seen} long morsels ran first");
+    assert!(preemptions >= 1);
+    // ... where without preemption points the short query waits for the
+    // whole task: every morsel of the long query.
+    assert_eq!(long_morsels_before_short_completes(false), (200, 0));
+}

@@ -298,6 +298,7 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
         Field::new("policy", DataType::Utf8, false),
         Field::new("t_max_ms", DataType::Float64, false),
         Field::new("active_groups", DataType::Int64, false),
+        Field::new("preemptions", DataType::Int64, false),
     ]));
     let policy = scheduler.policy().name().to_string();
     let active = scheduler.active_groups() as i64;
@@ -330,6 +331,9 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
             n,
         ))),
         Arc::new(Int64Array::from_iter_values(std::iter::repeat_n(active, n))),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.preemptions as i64),
+        )),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     Ok(Table::new("workers".to_string(), schema, vec![batch])?)
