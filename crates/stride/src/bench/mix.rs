@@ -289,6 +289,9 @@ mod tests {
             morsel_rows: None,
             policy: None,
             no_pin: false,
+            no_preemption: false,
+            morsels_per_task: 4,
+            worker_os_priority: "nice:10".into(),
             self_tuning: None,
         }
     }
