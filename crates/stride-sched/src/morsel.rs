@@ -209,6 +209,14 @@ mod tests {
 
     const T_MAX: Duration = Duration::from_millis(2);
 
+    /// Seed 001's sizing: one morsel of `T·t_max` per task.
+    fn one_morsel_per_task() -> MorselPolicy {
+        MorselPolicy::Adaptive(AdaptiveMorsels {
+            morsels_per_task: 1,
+            ..AdaptiveMorsels::default()
+        })
+    }
+
     /// Runs one task on a virtual clock where every tuple costs `ns_per_tuple`;
     /// returns the morsel sizes it took.
     fn task(
@@ -252,10 +260,7 @@ mod tests {
 
     #[test]
     fn default_state_takes_one_morsel_of_t_times_t_max() {
-        let policy = MorselPolicy::Adaptive(AdaptiveMorsels {
-            morsels_per_task: 1,
-            ..AdaptiveMorsels::default()
-        });
+        let policy = one_morsel_per_task();
         let state = MorselState::default();
         state.set_throughput(1e7);
         let sizes = task(&policy, &state, 1, 100, 1 << 30);
@@ -287,10 +292,7 @@ mod tests {
 
     #[test]
     fn shutdown_splits_the_rest_over_the_workers() {
-        let policy = MorselPolicy::Adaptive(AdaptiveMorsels {
-            morsels_per_task: 1,
-            ..AdaptiveMorsels::default()
-        });
+        let policy = one_morsel_per_task();
         let state = MorselState::default();
         state.set_throughput(1e7);
         // 4 workers, 40 000 tuples left = 4 ms < W·t_max: morsels of 1 ms.

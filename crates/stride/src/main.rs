@@ -59,14 +59,14 @@ struct GlobalArgs {
     /// Run every task to t_max: no preemption points between morsels.
     #[arg(long, global = true)]
     no_preemption: bool,
-    /// Adaptive morsels per task in the default state (seed 001: 1).
-    #[arg(long, global = true, default_value_t = 4)]
-    morsels_per_task: u32,
+    /// Adaptive morsels per task in the default state (default 4; seed 001: 1).
+    #[arg(long, global = true)]
+    morsels_per_task: Option<u32>,
     /// OS scheduling of the worker threads: nice:N, idle (SCHED_IDLE) or
     /// normal; so that sessions' planning and the wire protocol preempt
-    /// workers when they wake.
-    #[arg(long, global = true, default_value = "nice:10")]
-    worker_os_priority: String,
+    /// workers when they wake (default nice:10).
+    #[arg(long, global = true)]
+    worker_os_priority: Option<String>,
     /// Self-tuning of the decaying priorities (seed 001 §4, stride policy):
     /// `TRACK,REFRESH` in seconds (e.g. 20,60, the seed's values); off when
     /// absent. Runs are listed in the system view `stride.tuning`.
@@ -139,18 +139,21 @@ fn start_traced(
     }
     scheduler.pin_workers = !global.no_pin;
     scheduler.preemption = !global.no_preemption;
-    scheduler.worker_os_priority =
-        stride_sched::WorkerOsPriority::parse(&global.worker_os_priority).with_context(|| {
-            format!(
-                "--worker-os-priority {}: expected normal, idle or nice:N with N in -20..=19",
-                global.worker_os_priority
-            )
-        })?;
-    if global.morsels_per_task == 0 {
-        bail!("--morsels-per-task must be at least 1");
+    if let Some(p) = &global.worker_os_priority {
+        scheduler.worker_os_priority =
+            stride_sched::WorkerOsPriority::parse(p).with_context(|| {
+                format!(
+                    "--worker-os-priority {p}: expected normal, idle or nice:N with N in -20..=19"
+                )
+            })?;
     }
-    if let stride_sched::MorselPolicy::Adaptive(a) = &mut scheduler.morsels {
-        a.morsels_per_task = global.morsels_per_task;
+    if let Some(n) = global.morsels_per_task {
+        if n == 0 {
+            bail!("--morsels-per-task must be at least 1");
+        }
+        if let stride_sched::MorselPolicy::Adaptive(a) = &mut scheduler.morsels {
+            a.morsels_per_task = n;
+        }
     }
     if let Some(t) = &global.self_tuning {
         let (track, refresh) = (t[0], t[1]);

@@ -290,8 +290,8 @@ mod tests {
             policy: None,
             no_pin: false,
             no_preemption: false,
-            morsels_per_task: 4,
-            worker_os_priority: "nice:10".into(),
+            morsels_per_task: None,
+            worker_os_priority: None,
             self_tuning: None,
         }
     }
