@@ -17,7 +17,8 @@ use crate::error::{ExecError, Result};
 use crate::operator::aggregate::aggregate;
 use crate::operator::filter::FilterOperator;
 use crate::operator::hash_join::{
-    HashBuildSink, HashProbeOperator, JoinBuildScanSource, JoinModes, KeyEncoder, SideMode,
+    HashBuildSink, HashProbeOperator, JoinBuildScanSource, JoinModes, JoinTableInsertSink,
+    JoinTableInsertSource, KeyEncoder, SideMode,
 };
 use crate::operator::limit::LimitSink;
 use crate::operator::materialize::MaterializeSink;
@@ -191,6 +192,15 @@ impl Compiler {
                     slot.clone(),
                 );
                 self.close(build_open, Arc::new(build_sink));
+                // Linking the rows into bucket chains is a pipeline of its
+                // own, so that it is split into morsels like any other work.
+                self.close(
+                    Open {
+                        source: Arc::new(JoinTableInsertSource::new(slot.clone())),
+                        operators: Vec::new(),
+                    },
+                    Arc::new(JoinTableInsertSink::new(slot.clone())),
+                );
 
                 let joined_schema = {
                     let (l, r) = (j.left.schema(), j.right.schema());

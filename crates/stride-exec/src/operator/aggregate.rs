@@ -12,6 +12,10 @@
 //!                                                              that partition, then evaluate
 //! ```
 //!
+//! Each worker's hash table is split into 64 sub-tables by hash bits, so that
+//! growing it rehashes a sixty-fourth of the groups at a time rather than all
+//! of them inside one morsel (see [`SUB_TABLES`]).
+//!
 //! Group keys are encoded as `i64` (one integer-like column) or with Arrow's
 //! row format; aggregate functions are
 //! DataFusion's (`GroupsAccumulator` where the function has one, otherwise one
@@ -352,18 +356,40 @@ impl KeyCodec {
     }
 }
 
+/// Hash sub-tables per group table: a lookup picks one by 6 hash bits.
+///
+/// A hash table that outgrows its capacity rehashes every entry inside one
+/// insert, which inside one morsel is work the scheduler cannot split (q18 at
+/// SF 1: 1.5 M groups, single morsels of 20–65 ms at each doubling). With
+/// the groups spread over 64 sub-tables, each grows on its own and one
+/// growth rehashes at most ~1/64 of the groups.
+const SUB_TABLES: usize = 64;
+
+/// The sub-table of hash `h`: bits 32..38, apart from the bits hashbrown
+/// uses inside a table (the low bits index buckets, the top 7 are tags) and
+/// from those that pick merge partitions (from bit 40 up).
+#[inline]
+fn sub_table(h: u64) -> usize {
+    ((h >> 32) as usize) & (SUB_TABLES - 1)
+}
+
 /// A hash table from encoded group keys to dense group indices.
 #[derive(Debug)]
 struct GroupTable {
-    map: HashTable<u32>,
+    /// `maps[sub_table(h) % maps.len()]` holds the groups of hash `h`.
+    maps: Vec<HashTable<u32>>,
     keys: GroupKeys,
     hashes: Vec<u64>,
 }
 
 impl GroupTable {
-    fn new(codec: &KeyCodec) -> Self {
+    /// A table of `sub_tables` maps (a power of two, at most [`SUB_TABLES`]):
+    /// the partial phase's tables grow without bound and take all of them,
+    /// a merge partition's (~[`GROUPS_PER_PARTITION`] groups) takes one.
+    fn new(codec: &KeyCodec, sub_tables: usize) -> Self {
+        debug_assert!(sub_tables.is_power_of_two() && sub_tables <= SUB_TABLES);
         GroupTable {
-            map: HashTable::new(),
+            maps: (0..sub_tables).map(|_| HashTable::new()).collect(),
             keys: codec.empty(),
             hashes: Vec::new(),
         }
@@ -375,13 +401,15 @@ impl GroupTable {
 
     /// Group index of each key of `input` (`sel` picks keys; all when `None`).
     fn intern(&mut self, input: &GroupKeys, sel: Option<&[u32]>, out: &mut Vec<usize>) {
-        let GroupTable { map, keys, hashes } = self;
+        let GroupTable { maps, keys, hashes } = self;
+        let sub_mask = maps.len() - 1;
         let n = sel.map_or(input.len(), |s| s.len());
         out.clear();
         out.reserve(n);
         for k in 0..n {
             let i = sel.map_or(k, |s| s[k] as usize);
             let h = input.hash(i);
+            let map = &mut maps[sub_table(h) & sub_mask];
             let g = match map.find(h, |&g| keys.eq(g as usize, input, i)) {
                 Some(&g) => g,
                 None => {
@@ -562,7 +590,9 @@ impl Sink for AggregateSink {
             let mut groups = Vec::new();
             let total = match (&keys, &s.codec) {
                 (Some(keys), Some(codec)) => {
-                    let table = p.table.get_or_insert_with(|| GroupTable::new(codec));
+                    let table = p
+                        .table
+                        .get_or_insert_with(|| GroupTable::new(codec, SUB_TABLES));
                     table.intern(keys, None, &mut groups);
                     table.len()
                 }
@@ -651,7 +681,7 @@ impl AggregateMergeSource {
             .iter()
             .map(GroupState::new)
             .collect::<Result<Vec<_>>>()?;
-        let mut table = s.codec.as_ref().map(GroupTable::new);
+        let mut table = s.codec.as_ref().map(|c| GroupTable::new(c, 1));
         let mut groups = Vec::new();
         let mut total = 0;
         if table.is_none() {
