@@ -369,6 +369,13 @@ impl JoinHashTable {
 /// Shared slot the build sink fills and the probe operator and build-side pass read.
 pub type HashTableSlot = Arc<OnceLock<JoinHashTable>>;
 
+/// The table in `slot`, or an `Internal` error naming `what` ran before the
+/// build's finish filled it.
+fn built<'a>(slot: &'a HashTableSlot, what: &str) -> Result<&'a JoinHashTable> {
+    slot.get()
+        .ok_or_else(|| ExecError::Internal(format!("{what} before the hash table was built")))
+}
+
 /// Collects the build side; when finalized, concatenates it, encodes its keys
 /// and allocates the table (which the insert pipeline then links).
 #[derive(Debug)]
@@ -690,11 +697,7 @@ impl JoinTableInsertSource {
 
 impl Source for JoinTableInsertSource {
     fn next_morsel(&self, rows: usize) -> Result<Option<Morsel>> {
-        let table = self
-            .table
-            .get()
-            .ok_or_else(|| ExecError::Internal("hash table insert before the build".into()))?;
-        let total = table.pipeline_rows;
+        let total = built(&self.table, "hash table insert")?.pipeline_rows;
         let start = self.cursor.fetch_add(rows.max(1), Ordering::Relaxed);
         if start >= total {
             return Ok(None);
@@ -734,9 +737,7 @@ impl JoinTableInsertSink {
     }
 
     fn table(&self) -> Result<&JoinHashTable> {
-        self.table
-            .get()
-            .ok_or_else(|| ExecError::Internal("hash table insert before the build".into()))
+        built(&self.table, "hash table insert")
     }
 }
 
@@ -797,10 +798,7 @@ impl JoinBuildScanSource {
 
 impl Source for JoinBuildScanSource {
     fn next_morsel(&self, rows: usize) -> Result<Option<Morsel>> {
-        let table = self
-            .table
-            .get()
-            .ok_or_else(|| ExecError::Internal("build-side pass before the build".into()))?;
+        let table = built(&self.table, "build-side pass")?;
         let rows = rows.max(1);
         let start = self.cursor.fetch_add(rows, Ordering::Relaxed);
         let total = table.num_rows();
