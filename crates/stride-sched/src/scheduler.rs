@@ -55,6 +55,12 @@ pub struct SchedulerConfig {
     /// threads — sessions parsing and planning, the wire protocol, clients
     /// in the same process ([`WorkerOsPriority`]). Default `Nice(10)`.
     pub worker_os_priority: WorkerOsPriority,
+    /// The OS time slice the worker threads ask for (Linux ≥ 6.12; ignored
+    /// elsewhere and with `WorkerOsPriority::Idle`): how long a worker may
+    /// keep its core before a thread that wakes preempts it
+    /// ([`crate::os_thread`]). Default 100 µs, the kernel's minimum; `None`
+    /// keeps the kernel's default (about 1.5 ms on 2 cores).
+    pub worker_os_slice: Option<Duration>,
 }
 
 impl Default for SchedulerConfig {
@@ -70,6 +76,7 @@ impl Default for SchedulerConfig {
             trace: None,
             preemption: true,
             worker_os_priority: WorkerOsPriority::Nice(10),
+            worker_os_slice: Some(Duration::from_micros(100)),
         }
     }
 }
@@ -77,10 +84,10 @@ impl Default for SchedulerConfig {
 /// The OS scheduling class of the worker threads (Linux; elsewhere
 /// ignored). Workers never sleep while there is work, so on a core shared
 /// with a worker every other thread of the engine — a session planning the
-/// next query, the wire protocol, a client — waits for the worker's OS time
-/// slice (about 1.5 ms under EEVDF on 2 cores) unless the OS is told that
-/// workers are background compute. Failure to set it (no privilege) is
-/// ignored, like pinning.
+/// next query, the wire protocol, a client — competes with the worker for
+/// the core; a lower weight gives those threads the core when they need it
+/// ([`SchedulerConfig::worker_os_slice`] decides how soon they get it).
+/// Failure to set it (no privilege) is ignored, like pinning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkerOsPriority {
     /// Leave the threads as created.

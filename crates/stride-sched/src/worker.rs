@@ -34,9 +34,10 @@ use std::time::{Duration, Instant};
 use crate::group::{ResourceGroup, TaskSetEntry};
 use crate::local::LocalState;
 use crate::masks::MaskKind;
+use crate::os_thread::{self, OsSetup};
 use crate::overhead::DecisionClock;
 use crate::pins::Coordination;
-use crate::scheduler::{Shared, WorkerOsPriority};
+use crate::scheduler::Shared;
 use crate::slots::{SlotArray, SlotRead};
 use crate::sync::{lock, Ordering};
 use crate::task::{QueryError, TaskContext, TaskOutcome};
@@ -59,6 +60,9 @@ pub struct WorkerStats {
     /// Tasks that ended at a preemption point, before `t_max`
     /// ([`crate::TaskContext::next_morsel`]).
     pub preemptions: u64,
+    /// The OS thread's core, nice value and time slice, as the kernel holds
+    /// them ([`crate::os_thread`]); default until the worker has started.
+    pub os: OsSetup,
 }
 
 /// A worker's statistics counters. Each is written only by its worker, as
@@ -75,6 +79,8 @@ pub(crate) struct WorkerCounters {
     idle_sleeps: StdAtomicU64,
     finalizations: StdAtomicU64,
     preemptions: StdAtomicU64,
+    /// Set once by the worker after its thread set-up.
+    os: std::sync::OnceLock<OsSetup>,
 }
 
 impl WorkerCounters {
@@ -93,6 +99,7 @@ impl WorkerCounters {
             idle_sleeps: self.idle_sleeps.load(StdOrdering::Relaxed),
             finalizations: self.finalizations.load(StdOrdering::Relaxed),
             preemptions: self.preemptions.load(StdOrdering::Relaxed),
+            os: self.os.get().copied().unwrap_or_default(),
         }
     }
 }
@@ -108,10 +115,13 @@ struct Worker {
 }
 
 pub(crate) fn run(shared: Arc<Shared>, index: usize) {
-    if shared.config.pin_workers {
-        pin_to_core(index);
-    }
-    set_os_priority(shared.config.worker_os_priority);
+    let os = os_thread::setup_worker_thread(
+        index,
+        shared.config.pin_workers,
+        shared.config.worker_os_priority,
+        shared.config.worker_os_slice,
+    );
+    let _ = shared.worker_counters[index].os.set(os);
     let local = LocalState::new(
         shared.slots.len(),
         shared.config.workers,
@@ -446,47 +456,4 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     } else {
         "unknown panic payload".to_string()
     }
-}
-
-/// Applies the workers' OS scheduling class to the calling thread.
-/// Failure (e.g. a negative nice value without the privilege) is ignored:
-/// like pinning, an optimisation, not a contract.
-fn set_os_priority(priority: WorkerOsPriority) {
-    #[cfg(target_os = "linux")]
-    match priority {
-        WorkerOsPriority::Normal => {}
-        // SAFETY: a plain system call on the calling thread's own id; no
-        // memory is passed to the kernel.
-        WorkerOsPriority::Nice(n) => unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            let _ = libc::setpriority(libc::PRIO_PROCESS, tid, n.clamp(-20, 19));
-        },
-        // SAFETY: `param` is a valid, initialised `sched_param` that the
-        // kernel only reads; pid 0 is the calling thread.
-        WorkerOsPriority::Idle => unsafe {
-            let param = libc::sched_param { sched_priority: 0 };
-            let _ = libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-        },
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = priority;
-}
-
-/// Pins the calling thread to core `index mod cores`. Failure (e.g. a
-/// restricted cpuset) is ignored: pinning is an optimisation, not a contract.
-fn pin_to_core(index: usize) {
-    #[cfg(target_os = "linux")]
-    {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // SAFETY: `cpu_set_t` is plain data, zero is a valid (empty) set, and
-        // CPU_SET writes within it for any core index below CPU_SETSIZE, which
-        // `index % cores` is on every machine Linux supports.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(index % cores, &mut set);
-            let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = index;
 }

@@ -11,6 +11,7 @@ mod driver;
 mod isolated;
 mod mix;
 mod mixed;
+mod phases;
 mod plot;
 mod poisson;
 mod progress;
@@ -359,6 +360,11 @@ fn poisson_cmd(args: &PoissonArgs, global: &GlobalArgs) -> Result<()> {
     );
     let summary = stats::summarize_run(&stats::points(&run.json), args.duration - args.warmup_s);
     summary.print(&mut std::io::stdout(), args.per_query)?;
+    let breakdown = phases::Breakdown::of_run(&run.json);
+    if !breakdown.is_empty() {
+        println!("\nwhere the time went (under load, alone, and the difference):");
+        breakdown.print(&mut std::io::stdout())?;
+    }
     if let Some(path) = &args.json {
         let mut v = run.json.clone();
         v["isolated"] = iso.to_json();

@@ -67,6 +67,11 @@ struct GlobalArgs {
     /// workers when they wake (default nice:10).
     #[arg(long, global = true)]
     worker_os_priority: Option<String>,
+    /// The OS time slice workers ask for, in µs (Linux ≥ 6.12 custom
+    /// slices, 100..=100000): a thread that wakes preempts a worker within
+    /// it. 0 keeps the kernel's default (about 1.5 ms on 2 cores). Default 100.
+    #[arg(long, global = true, value_name = "US")]
+    worker_os_slice_us: Option<u64>,
     /// Self-tuning of the decaying priorities (seed 001 §4, stride policy):
     /// `TRACK,REFRESH` in seconds (e.g. 20,60, the seed's values); off when
     /// absent. Runs are listed in the system view `stride.tuning`.
@@ -146,6 +151,12 @@ fn start_traced(
                     "--worker-os-priority {p}: expected normal, idle or nice:N with N in -20..=19"
                 )
             })?;
+    }
+    if let Some(us) = global.worker_os_slice_us {
+        if us != 0 && !(100..=100_000).contains(&us) {
+            bail!("--worker-os-slice-us {us}: expected 0 (the kernel's default) or 100..=100000");
+        }
+        scheduler.worker_os_slice = (us > 0).then(|| std::time::Duration::from_micros(us));
     }
     if let Some(n) = global.morsels_per_task {
         if n == 0 {

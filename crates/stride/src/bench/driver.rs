@@ -10,6 +10,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use stride_sql::{Engine, Session};
 
+use super::phases::Phases;
+
 /// `--pg host:port[/dbname]` and its credentials.
 #[derive(Args, Debug, Clone, Default)]
 pub struct TargetArgs {
@@ -251,25 +253,40 @@ impl PgTarget {
     }
 }
 
+/// What one request produced.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunInfo {
+    pub rows: usize,
+    /// Where the time went (in-process only).
+    pub phases: Option<Phases>,
+}
+
 impl Conn {
-    /// Runs one statement and returns the number of rows it produced.
-    pub fn run(&mut self, target: &Target, sql: &str) -> Result<usize> {
+    /// Runs one request (usually one statement): its rows and, in-process,
+    /// its phases.
+    pub fn run(&mut self, target: &Target, sql: &str) -> Result<RunInfo> {
         match (self, target) {
             (Conn::Session(session), _) => {
-                let mut rows = 0;
+                let mut info = RunInfo::default();
                 for out in session.execute(sql)? {
                     if let stride_sql::StatementOutput::Query(q) = out {
-                        rows += q.num_rows();
+                        info.rows += q.num_rows();
+                        info.phases
+                            .get_or_insert_with(Phases::default)
+                            .add(&Phases::of(&q));
                     }
                 }
-                Ok(rows)
+                Ok(info)
             }
             (Conn::Pg(client), Target::Pg(pg)) => {
                 let messages = pg.runtime.block_on(client.simple_query(sql))?;
-                Ok(messages
-                    .iter()
-                    .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
-                    .count())
+                Ok(RunInfo {
+                    rows: messages
+                        .iter()
+                        .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+                        .count(),
+                    phases: None,
+                })
             }
             (Conn::Pg(_), Target::Engine(_)) => {
                 bail!("a server connection used with the in-process target")

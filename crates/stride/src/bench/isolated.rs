@@ -49,16 +49,18 @@ pub fn measure(
                 conn.run(target, &q.sql)
                     .with_context(|| format!("{}.{} (warm-up)", suite.schema, q.name))?;
             }
+            // (latency, phases) of each run.
             let mut times = Vec::with_capacity(runs);
             let mut rows = 0;
             for _ in 0..runs {
                 let start = t0.elapsed().as_secs_f64();
                 let t = Instant::now();
-                rows = conn
+                let info = conn
                     .run(target, &q.sql)
                     .with_context(|| format!("{}.{}", suite.schema, q.name))?;
+                rows = info.rows;
                 let ms = t.elapsed().as_secs_f64() * 1e3;
-                times.push(ms);
+                times.push((ms, info.phases));
                 samples.push(Sample {
                     query: q.name.clone(),
                     class: suite.schema.to_string(),
@@ -69,14 +71,18 @@ pub fn measure(
                     isolated_ms: None,
                     warmup: false,
                     error: None,
+                    phases: info.phases,
+                    isolated_phases: None,
                 });
             }
-            times.sort_by(f64::total_cmp);
+            times.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let median = times[times.len() / 2];
             let stat = IsoStat {
-                median_ms: times[times.len() / 2],
-                min_ms: times[0],
-                max_ms: times[times.len() - 1],
+                median_ms: median.0,
+                min_ms: times[0].0,
+                max_ms: times[times.len() - 1].0,
                 rows,
+                phases: median.1,
             };
             sum += stat.median_ms;
             log_sum += stat.median_ms.max(1e-6).ln();
@@ -103,7 +109,9 @@ pub fn measure(
     }
     // Fill in the samples' base latencies now that medians are known.
     for s in samples.iter_mut() {
-        s.isolated_ms = iso.median_ms(&s.class, &s.query).ok();
+        let stat = iso.get(&s.class, &s.query).ok();
+        s.isolated_ms = stat.map(|st| st.median_ms);
+        s.isolated_phases = stat.and_then(|st| st.phases);
     }
     Ok(iso)
 }

@@ -11,6 +11,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 use stride::workload::{self, Query};
 
+use super::phases::Phases;
 use crate::GlobalArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -179,6 +180,8 @@ pub struct IsoStat {
     pub min_ms: f64,
     pub max_ms: f64,
     pub rows: usize,
+    /// Where the time of the run of median latency went (in-process only).
+    pub phases: Option<Phases>,
 }
 
 /// Isolated latencies by schema and query.
@@ -214,7 +217,8 @@ impl Isolated {
                 qs.insert(
                     q.clone(),
                     json!({"median_ms": st.median_ms, "min_ms": st.min_ms,
-                        "max_ms": st.max_ms, "rows": st.rows}),
+                        "max_ms": st.max_ms, "rows": st.rows,
+                        "phases": st.phases.as_ref().map(Phases::to_json)}),
                 );
             }
             schemas.insert(s, Value::Object(qs));
@@ -246,6 +250,7 @@ impl Isolated {
                         min_ms: num("min_ms").unwrap_or(median_ms),
                         max_ms: num("max_ms").unwrap_or(median_ms),
                         rows: num("rows").unwrap_or(0.0) as usize,
+                        phases: st.get("phases").and_then(Phases::from_json),
                     },
                 );
             }
@@ -292,6 +297,7 @@ mod tests {
             no_preemption: false,
             morsels_per_task: None,
             worker_os_priority: None,
+            worker_os_slice_us: None,
             self_tuning: None,
         }
     }
@@ -337,10 +343,20 @@ mod tests {
                 min_ms: 2.0,
                 max_ms: 3.0,
                 rows: 1,
+                phases: Some(Phases {
+                    planning_ms: 1.0,
+                    queued_ms: 0.0,
+                    running_ms: 1.5,
+                    waking_ms: 0.0,
+                }),
             },
         );
         let back = Isolated::from_json(&iso.to_json()).unwrap();
         assert_eq!(back.median_ms("sf0_1", "q6").unwrap(), 2.5);
+        assert_eq!(
+            back.get("sf0_1", "q6").unwrap().phases,
+            iso.get("sf0_1", "q6").unwrap().phases
+        );
         assert!(back.median_ms("sf1", "q6").is_err());
         assert_eq!(query_order("q10"), vec![10]);
         assert!(query_order("q2") < query_order("q10"));

@@ -1,8 +1,9 @@
 //! The open-loop Poisson benchmark (seed 001 §5.1, seed 000 §4.1): queries
 //! arrive with exponentially distributed gaps at rate λ = α / d, d the mean
-//! isolated duration of a drawn query; each arrival is sent at once from its
-//! own thread, whatever is still running, and its latency counts from the
-//! arrival time (queueing included).
+//! isolated duration of a drawn query; each arrival is sent when it is due
+//! by a client thread that was waiting for it ([`Pool`]), whatever is still
+//! running, and its latency counts from the arrival time (queueing
+//! included).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::driver::Target;
 use super::mix::{Isolated, Mix};
+use super::phases::Breakdown;
 use super::progress::Progress;
 use super::stats::{points, summarize_run, Sample};
 
@@ -70,6 +72,103 @@ pub struct PoissonRun {
     pub json: Value,
 }
 
+/// Client threads started before the first arrival.
+const INITIAL_CLIENTS: usize = 4;
+
+/// The benchmark's clients: threads that each take the next arrival of the
+/// schedule, sleep until it is due, send it and wait for its result, like
+/// the connections of a real client. A client that sends a query while no
+/// other client is waiting for an arrival first starts another client, so
+/// that an arrival never waits for a free client (only, in a burst, for a
+/// new one to start: a thread's start waits for a core, up to an OS time
+/// slice under load, which is why clients are not started per arrival).
+struct Pool {
+    target: Arc<Target>,
+    mix: Mix,
+    iso: Isolated,
+    schedule: Vec<Arrival>,
+    t0: Instant,
+    /// Index of the next arrival no client has taken.
+    next: AtomicUsize,
+    /// Clients between queries (waiting for their arrival to be due).
+    idle: AtomicUsize,
+    threads: Mutex<Vec<std::thread::JoinHandle<Result<()>>>>,
+    samples: Mutex<Vec<Sample>>,
+    in_flight: Arc<AtomicUsize>,
+    arrived: Arc<AtomicUsize>,
+    done: Arc<AtomicUsize>,
+}
+
+impl Pool {
+    fn spawn_client(pool: &Arc<Pool>) -> Result<()> {
+        let p = pool.clone();
+        let handle = std::thread::Builder::new()
+            .name("bench-client".into())
+            .stack_size(8 << 20)
+            .spawn(move || p.client())?;
+        pool.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(handle);
+        Ok(())
+    }
+
+    fn client(self: Arc<Self>) -> Result<()> {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(a) = self.schedule.get(i) else {
+                return Ok(());
+            };
+            let due = self.t0 + Duration::from_secs_f64(a.at);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            if self.idle.fetch_sub(1, Ordering::Relaxed) == 1 {
+                Pool::spawn_client(&self)?;
+                self.idle.fetch_add(1, Ordering::Relaxed);
+            }
+            self.send(a);
+            self.idle.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn send(&self, a: &Arrival) {
+        let class = &self.mix.classes[a.class];
+        let query = &class.queries[a.query];
+        let isolated = self.iso.get(&class.schema, &query.name).ok();
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.arrived.fetch_add(1, Ordering::Relaxed);
+        let start = self.t0.elapsed().as_secs_f64();
+        let target = &self.target;
+        let result = target.acquire(&class.schema).and_then(|mut conn| {
+            let r = conn.run(target, &query.sql);
+            target.release(&class.schema, conn);
+            r
+        });
+        let end = self.t0.elapsed().as_secs_f64();
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.done.fetch_add(1, Ordering::Relaxed);
+        self.samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Sample {
+                query: query.name.clone(),
+                class: class.name.clone(),
+                arrival: a.at,
+                start,
+                end,
+                latency_ms: (end - a.at) * 1e3,
+                isolated_ms: isolated.map(|s| s.median_ms),
+                // Set once the run is over.
+                warmup: false,
+                phases: result.as_ref().ok().and_then(|r| r.phases),
+                isolated_phases: isolated.and_then(|s| s.phases),
+                error: result.err().map(|e| format!("{e:#}")),
+            });
+    }
+}
+
 pub fn run(
     target: &Arc<Target>,
     mix: &Mix,
@@ -90,7 +189,6 @@ pub fn run(
     let mean_ms = mix.mean_isolated_ms(iso)?;
     let lambda = cfg.load / (mean_ms / 1e3);
     let schedule = arrivals(mix, lambda, cfg.duration_s, cfg.seed);
-    let samples = Arc::new(Mutex::new(Vec::with_capacity(schedule.len())));
     let in_flight = Arc::new(AtomicUsize::new(0));
     let progress = Progress::start(
         cfg.progress,
@@ -98,71 +196,38 @@ pub fn run(
         cfg.duration_s,
         in_flight.clone(),
     );
-    let t0 = Instant::now();
-    let mut threads = Vec::with_capacity(schedule.len());
-    for a in &schedule {
-        let due = t0 + Duration::from_secs_f64(a.at);
-        let now = Instant::now();
-        if due > now {
-            std::thread::sleep(due - now);
-        }
-        let class = &mix.classes[a.class];
-        let query = &class.queries[a.query];
-        let (schema, name, class_name, sql) = (
-            class.schema.clone(),
-            query.name.clone(),
-            class.name.clone(),
-            query.sql.clone(),
-        );
-        let isolated_ms = iso.median_ms(&schema, &name).ok();
-        let (target, samples, in_flight, done) = (
-            target.clone(),
-            samples.clone(),
-            in_flight.clone(),
-            progress.done.clone(),
-        );
-        let at = a.at;
-        in_flight.fetch_add(1, Ordering::Relaxed);
-        let thread = std::thread::Builder::new()
-            .name("bench-query".into())
-            .stack_size(8 << 20)
-            .spawn(move || {
-                let start = t0.elapsed().as_secs_f64();
-                let result = target.acquire(&schema).and_then(|mut conn| {
-                    let r = conn.run(&target, &sql);
-                    target.release(&schema, conn);
-                    r
-                });
-                let end = t0.elapsed().as_secs_f64();
-                in_flight.fetch_sub(1, Ordering::Relaxed);
-                done.fetch_add(1, Ordering::Relaxed);
-                samples
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(Sample {
-                        query: name,
-                        class: class_name,
-                        arrival: at,
-                        start,
-                        end,
-                        latency_ms: (end - at) * 1e3,
-                        isolated_ms,
-                        // Set below, once the run is over.
-                        warmup: false,
-                        error: result.err().map(|e| format!("{e:#}")),
-                    });
-            })?;
-        threads.push(thread);
-        progress.arrived.fetch_add(1, Ordering::Relaxed);
+    let pool = Arc::new(Pool {
+        target: target.clone(),
+        mix: mix.clone(),
+        iso: iso.clone(),
+        schedule,
+        t0: Instant::now(),
+        next: AtomicUsize::new(0),
+        idle: AtomicUsize::new(INITIAL_CLIENTS),
+        threads: Mutex::new(Vec::new()),
+        samples: Mutex::new(Vec::new()),
+        in_flight,
+        arrived: progress.arrived.clone(),
+        done: progress.done.clone(),
+    });
+    let t0 = pool.t0;
+    for _ in 0..INITIAL_CLIENTS {
+        Pool::spawn_client(&pool)?;
     }
-    for t in threads {
-        if t.join().is_err() {
-            bail!("a query thread panicked");
+    // Clients push the handles of the clients they start before they end,
+    // so once the list is empty every client has ended.
+    loop {
+        let next = pool.threads.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let Some(thread) = next else { break };
+        match thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e.context("starting a benchmark client")),
+            Err(_) => bail!("a benchmark client panicked"),
         }
     }
     let wall = t0.elapsed().as_secs_f64();
     progress.stop();
-    let mut samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut samples = std::mem::take(&mut *pool.samples.lock().unwrap_or_else(|e| e.into_inner()));
     for s in &mut samples {
         s.warmup = s.arrival < cfg.warmup_s;
     }
@@ -196,6 +261,7 @@ pub fn run(
     });
     let summary = summarize_run(&points(&json), cfg.duration_s - cfg.warmup_s);
     json["summary"] = summary.to_json();
+    json["phases"] = Breakdown::of_run(&json).to_json();
     Ok(PoissonRun { t0, samples, json })
 }
 
@@ -226,6 +292,98 @@ mod tests {
                 },
             ],
         }
+    }
+
+    /// Runs the benchmark on a small in-process table: every arrival is sent
+    /// exactly once, by the pool, and measured with its phases.
+    #[test]
+    fn every_arrival_is_sent_once_and_measured() {
+        let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
+            scheduler: stride_sched::SchedulerConfig {
+                workers: 2,
+                pin_workers: false,
+                ..Default::default()
+            },
+        });
+        let mut session = engine.session();
+        session
+            .execute(
+                "create table t as select * from (values (1, 'a'), (2, 'b'), (3, 'a')) as v(x, y)",
+            )
+            .unwrap();
+        let target = Arc::new(Target::Engine(engine.clone()));
+        let q = |n: &str, sql: &str| Query {
+            name: n.into(),
+            sql: sql.into(),
+        };
+        let mix = Mix {
+            classes: vec![
+                Class {
+                    name: "short".into(),
+                    schema: String::new(),
+                    weight: 3.0,
+                    queries: vec![q("q1", "select count(*) from t")],
+                },
+                Class {
+                    name: "long".into(),
+                    schema: String::new(),
+                    weight: 1.0,
+                    queries: vec![q("q2", "select y, sum(x) from t group by y")],
+                },
+            ],
+        };
+        let mut iso = Isolated::default();
+        for (schema, name) in [("", "q1"), ("", "q2")] {
+            iso.by_schema.entry(schema.into()).or_default().insert(
+                name.into(),
+                crate::bench::mix::IsoStat {
+                    median_ms: 2.0,
+                    min_ms: 2.0,
+                    max_ms: 2.0,
+                    rows: 1,
+                    phases: Some(crate::bench::phases::Phases {
+                        planning_ms: 0.5,
+                        queued_ms: 0.0,
+                        running_ms: 1.5,
+                        waking_ms: 0.0,
+                    }),
+                },
+            );
+        }
+        // λ = 1.5 / 2 ms = 750 queries/s: bursts that outrun the first clients.
+        let cfg = PoissonConfig {
+            load: 1.5,
+            duration_s: 0.3,
+            warmup_s: 0.05,
+            seed: 7,
+            progress: false,
+        };
+        let expected = arrivals(&mix, 750.0, cfg.duration_s, cfg.seed);
+        assert!(expected.len() > 100, "{} arrivals", expected.len());
+        let run = run(&target, &mix, &iso, &cfg, "fifo").unwrap();
+        assert_eq!(run.samples.len(), expected.len());
+        for (s, a) in run.samples.iter().zip(&expected) {
+            assert_eq!(s.arrival, a.at, "each arrival exactly once, in order");
+            assert!(s.error.is_none(), "{:?}", s.error);
+            assert!(s.start >= s.arrival && s.end >= s.start);
+            let p = s.phases.expect("in-process samples carry phases");
+            assert!(p.running_ms >= 0.0 && p.planning_ms > 0.0);
+            assert!(p.total_ms() <= s.latency_ms + 1e-6);
+            assert_eq!(s.warmup, s.arrival < cfg.warmup_s);
+        }
+        let breakdown = &run.json["phases"];
+        let measured = run
+            .samples
+            .iter()
+            .filter(|s| !s.warmup && s.class == "short");
+        assert_eq!(
+            breakdown["short"]["under_load"]["count"].as_u64(),
+            Some(measured.count() as u64)
+        );
+        assert_eq!(
+            breakdown["short"]["isolated"]["running_ms"].as_f64(),
+            Some(1.5)
+        );
     }
 
     #[test]

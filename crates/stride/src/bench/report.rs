@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
+use super::phases::{Breakdown, PhaseMeans};
 use super::plot::{cdf_points, BarChart, BoxChart, LineChart, Series, PALETTE};
 use super::stats::{points, summarize_run, Point, RunSummary};
 
@@ -288,6 +289,55 @@ pub fn write(results: &Value, peers: Option<&Value>, dir: &Path) -> Result<()> {
             })
             .collect();
         let _ = writeln!(md, "| {}/{} | {} |", k.0, k.1, cells.join(" | "));
+    }
+
+    // Where the time goes (in-process runs only: the engine reports phases).
+    let with_phases: Vec<(&Run, Breakdown)> = runs
+        .iter()
+        .filter(|r| (r.load - TARGET_LOAD).abs() < 1e-9 || r.load == max_load)
+        .map(|r| (r, Breakdown::of_run(r.json)))
+        .filter(|(_, b)| !b.is_empty())
+        .collect();
+    if !with_phases.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Where a query's time goes\n\nMean ms per query under load, and what each \
+             phase adds over the same queries' isolated runs (in parentheses). send: arrival \
+             until the driver sent the query; queued: submission until the first task; \
+             running: first task until the last task set finished; waking: until the session \
+             thread had the result; other: the rest (session set-up, result conversion).\n"
+        );
+        let _ = writeln!(
+            md,
+            "| system/policy | α | class | n | {} |",
+            PhaseMeans::COLUMNS.join(" | ")
+        );
+        let _ = writeln!(
+            md,
+            "|---|---|---|---|{}",
+            "---|".repeat(PhaseMeans::COLUMNS.len())
+        );
+        for (r, b) in &with_phases {
+            for c in &classes {
+                let Some((load, iso)) = b.classes.get(c) else {
+                    continue;
+                };
+                let cells: Vec<String> = load
+                    .values()
+                    .iter()
+                    .zip(iso.values())
+                    .map(|(l, i)| format!("{} (+{})", fmt(*l), fmt(l - i)))
+                    .collect();
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {c} | {} | {} |",
+                    r.label,
+                    fmt(r.load),
+                    load.count,
+                    cells.join(" | ")
+                );
+            }
+        }
     }
 
     // Spin.

@@ -154,6 +154,12 @@ pub fn run(
                                 .as_ref()
                                 .and_then(|i| i.median_ms(&class.schema, &query.name).ok()),
                             warmup: false,
+                            phases: result.as_ref().ok().and_then(|r| r.phases),
+                            isolated_phases: iso
+                                .as_ref()
+                                .as_ref()
+                                .and_then(|i| i.get(&class.schema, &query.name).ok())
+                                .and_then(|s| s.phases),
                             error: result.err().map(|e| format!("{e:#}")),
                         });
                     }

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use super::phases::Phases;
+
 /// One query of a run.
 #[derive(Debug, Clone)]
 pub struct Sample {
@@ -25,6 +27,10 @@ pub struct Sample {
     /// Arrived during the warm-up: excluded from summaries.
     pub warmup: bool,
     pub error: Option<String>,
+    /// Where the time went (in-process only).
+    pub phases: Option<Phases>,
+    /// The phases of the query's isolated run of median latency.
+    pub isolated_phases: Option<Phases>,
 }
 
 impl Sample {
@@ -40,6 +46,8 @@ impl Sample {
             "arrival_s": self.arrival, "start_s": self.start, "end_s": self.end,
             "latency_ms": self.latency_ms, "isolated_ms": self.isolated_ms,
             "slowdown": self.slowdown(), "warmup": self.warmup, "error": self.error,
+            "phases": self.phases.as_ref().map(Phases::to_json),
+            "isolated_phases": self.isolated_phases.as_ref().map(Phases::to_json),
         })
     }
 }
@@ -288,6 +296,8 @@ mod tests {
                 isolated_ms: Some(10.0),
                 warmup: warm,
                 error: err.map(str::to_string),
+                phases: None,
+                isolated_phases: None,
             }
             .to_json()
         };

@@ -1,19 +1,35 @@
 //! `stride bench sweep`: the Poisson benchmark for every (policy, load) with
 //! the same seed (so the same queries arrive in the same order, time scaled
-//! by λ), isolated latencies measured once, then spin per policy; writes
-//! `results.json`, `report.md` and the figures.
+//! by λ), then spin per policy; writes `results.json`, `report.md` and the
+//! figures.
+//!
+//! Isolated latencies, the denominators of every slowdown, are measured
+//! again before each policy's runs by default (`--isolated-every policy`):
+//! on a machine whose speed drifts over a sweep of many minutes, a slowdown
+//! divided by a latency measured long before says as much about the drift
+//! as about the policy. `--isolated-every once` (or `--isolated FILE`)
+//! measures them once, so every policy sees the same λ.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
 use super::driver::{Target, TargetArgs};
 use super::mix::{self, Mix, MixArgs};
 use super::{poisson, report, spin, stats};
 use crate::GlobalArgs;
+
+/// When the sweep measures isolated latencies.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsolatedEvery {
+    /// Once, before the first policy.
+    Once,
+    /// Before each policy's runs.
+    Policy,
+}
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
@@ -35,6 +51,10 @@ pub struct SweepArgs {
     /// Seconds of spin per policy (0: no spin runs).
     #[arg(long, default_value_t = 10.0)]
     spin_duration: f64,
+    /// When to measure isolated latencies (ignored with --isolated FILE,
+    /// which fixes them).
+    #[arg(long, value_enum, default_value = "policy")]
+    isolated_every: IsolatedEvery,
     /// Spin clients.
     #[arg(long, default_value_t = 8)]
     clients: usize,
@@ -79,10 +99,17 @@ pub fn run(args: &SweepArgs, global: &GlobalArgs) -> Result<()> {
             .set_policy(&args.policies[0])
             .context("the sweep needs a Stride server to switch policies")?;
     }
-    let iso = super::isolated_for(&target, &mix, &args.mix)?;
+    let remeasure = args.isolated_every == IsolatedEvery::Policy && args.mix.isolated.is_none();
+    let mut iso = super::isolated_for(&target, &mix, &args.mix)?;
+    let first_iso = iso.to_json();
+    let mut iso_by_policy = serde_json::Map::new();
     let mut runs: Vec<Value> = Vec::new();
-    for policy in &args.policies {
+    for (i, policy) in args.policies.iter().enumerate() {
         target.set_policy(policy)?;
+        if remeasure && i > 0 {
+            iso = super::isolated_for(&target, &mix, &args.mix)?;
+        }
+        iso_by_policy.insert(policy.clone(), iso.to_json());
         for &load in &args.loads {
             let cfg = poisson::PoissonConfig {
                 load,
@@ -138,7 +165,9 @@ pub fn run(args: &SweepArgs, global: &GlobalArgs) -> Result<()> {
         "seed": args.mix.seed,
         "classes": mix.to_json(),
         "note": args.note,
-        "isolated": iso.to_json(),
+        "isolated": first_iso,
+        "isolated_every": if remeasure { "policy" } else { "once" },
+        "isolated_by_policy": Value::Object(iso_by_policy),
         "runs": runs,
     });
     super::write_json(&args.out.join("results.json"), &results)?;

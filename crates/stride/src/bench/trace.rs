@@ -89,7 +89,9 @@ pub fn document(records: &[TaskRecord], origin: Instant, t0: Instant, samples: &
             "ts": shift_us + s.arrival * 1e6,
             "dur": (s.end - s.arrival) * 1e6,
             "args": {"latency_ms": s.latency_ms, "slowdown": s.slowdown(),
-                "queued_ms": (s.start - s.arrival) * 1e3, "error": s.error},
+                "send_ms": (s.start - s.arrival) * 1e3,
+                "phases": s.phases.as_ref().map(super::phases::Phases::to_json),
+                "error": s.error},
         }));
     }
     json!({"traceEvents": events, "displayTimeUnit": "ms"})
@@ -143,6 +145,8 @@ mod tests {
             isolated_ms: Some(3.0),
             warmup: false,
             error: None,
+            phases: None,
+            isolated_phases: None,
         };
         let records = [rec(0, 7, 12, 14), rec(1, 7, 13, 19), rec(0, 8, 30, 31)];
         let doc = document(&records, origin, t0, &[sample]);
