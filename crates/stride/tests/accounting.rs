@@ -39,10 +39,14 @@ fn stride_queries_shows_the_priority_decaying_over_time() {
     engine.load_tpch(0.1).unwrap();
     let mut session = engine.session();
     session.set_default_schema("sf0_1").unwrap();
-    // Long enough to pass d_start = 5 quanta of 2 ms.
+    // Long enough for each worker's view of the group to pass d_start = 5
+    // quanta of 2 ms (a join: a lineitem scan alone is too short for that on
+    // a fast machine).
     session
         .query(
-            "select l_returnflag, sum(l_extendedprice * (1 - l_discount)) from lineitem group by 1",
+            "select l_returnflag, sum(l_extendedprice * (1 - l_discount)) \
+             from lineitem join orders on l_orderkey = o_orderkey \
+             join customer on o_custkey = c_custkey group by 1",
         )
         .unwrap();
     let out = session
