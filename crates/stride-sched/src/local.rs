@@ -153,6 +153,11 @@ pub(crate) struct LocalState {
     cached: bool,
     /// THRESHOLD's load regime the cached ranks were computed in.
     high_load: bool,
+    /// A slot whose task set this worker saw exhausted while it was the
+    /// worker's best choice: its group is between two task sets (its last
+    /// tasks run elsewhere, or its finalization), and its next task set is
+    /// expected. Cleared when the worker next learns or forgets the slot.
+    handover: Option<usize>,
 }
 
 impl LocalState {
@@ -178,6 +183,7 @@ impl LocalState {
             rng: Rng::new(0x5EED ^ worker as u64),
             workers,
             ranks: RankTree::new(slots),
+            handover: None,
         }
     }
 
@@ -274,10 +280,39 @@ impl LocalState {
         }
     }
 
+    /// Event 1 seen on the slot the worker would choose or has flagged:
+    /// like [`Self::deactivate`], and when the slot was the best choice its
+    /// group becomes the worker's pending hand-over ([`Self::handover_pending`]).
+    /// Only for policies whose ranks are cached (all but lottery).
+    pub(crate) fn exhausted(&mut self, k: usize) {
+        let was_best = self.cached && self.is_active(k) && self.ranks.best() == k;
+        self.deactivate(k);
+        if was_best {
+            self.handover = Some(k);
+        }
+    }
+
+    /// Whether a task of slot `chosen` runs while a better-ranked group is
+    /// between two task sets (the pending hand-over): then the worker should
+    /// be ready to switch soon, and the task's morsels are kept short.
+    pub(crate) fn handover_pending(&mut self, chosen: usize) -> bool {
+        let Some(k) = self.handover else {
+            return false;
+        };
+        if k == chosen || self.slots[k].group == 0 {
+            return false;
+        }
+        let (waiting, running) = (self.key(k), self.key(chosen));
+        before(waiting, running)
+    }
+
     /// The slot is empty: its group left.
     pub(crate) fn forget(&mut self, k: usize) {
         self.deactivate(k);
         self.slots[k].group = 0;
+        if self.handover == Some(k) {
+            self.handover = None;
+        }
     }
 
     /// Whether the worker's view of slot `k` is `entry`.
@@ -337,6 +372,9 @@ impl LocalState {
         }
         self.slots[k].cancelled = Some(group.cancelled.clone());
         self.activate(k);
+        if self.handover == Some(k) {
+            self.handover = None;
+        }
     }
 
     /// `epoch` is the scheduler's cancel epoch (loaded Acquire, pairing
@@ -450,6 +488,32 @@ mod tests {
         l.learn(0, &next);
         assert!(l.knows(0, &next));
         assert!(l.slots[0].stride.pass >= pass);
+    }
+
+    #[test]
+    fn a_best_group_between_task_sets_is_a_pending_handover() {
+        let mut l = LocalState::new(8, 2, Policy::Fifo, 0);
+        let first = entry(1, 0, 0);
+        l.learn(2, &first);
+        l.learn(5, &entry(2, 0, 1));
+        assert_eq!(l.choose(), Some(2));
+        assert!(!l.handover_pending(5), "nothing is between task sets");
+        // The earlier arrival's task set runs dry: the later one fills in
+        // while the earlier one waits for its next task set.
+        l.exhausted(2);
+        assert_eq!(l.choose(), Some(5));
+        assert!(l.handover_pending(5));
+        // Its next task set arrives: no hand-over pending any more.
+        l.learn(2, &TaskSetEntry::new(first.group.clone(), 1, 0, 0));
+        assert!(!l.handover_pending(5));
+        // A slot that was not the best choice leaves no hand-over behind.
+        l.exhausted(5);
+        l.learn(5, &entry(3, 0, 2));
+        assert!(!l.handover_pending(5));
+        // Nor does a group that left.
+        l.exhausted(2);
+        l.forget(2);
+        assert!(!l.handover_pending(5));
     }
 
     /// The decision by a full scan of fresh ranks (what the tree caches).

@@ -93,6 +93,9 @@ pub(crate) struct MorselSizer<'a> {
     /// Startup state: size and duration of the previous morsel of this task.
     last: Option<(usize, Duration)>,
     startup: bool,
+    /// Longest morsel the task may run (adaptive morsels only; `None`: as
+    /// the policy sizes them).
+    cap: Option<Duration>,
 }
 
 impl<'a> MorselSizer<'a> {
@@ -121,7 +124,14 @@ impl<'a> MorselSizer<'a> {
             current: None,
             last: None,
             startup: state.throughput().is_none(),
+            cap: None,
         }
+    }
+
+    /// Caps every adaptive morsel of the task at `cap` (a startup morsel
+    /// stops doubling there).
+    pub(crate) fn cap(&mut self, cap: Option<Duration>) {
+        self.cap = cap;
     }
 
     /// Tuples for the next morsel, or `None` when the task should end.
@@ -141,6 +151,7 @@ impl<'a> MorselSizer<'a> {
             return None;
         }
         let left = self.t_max - used;
+        let limit = self.cap.map_or(left, |c| left.min(c));
         let tuples = match self.policy {
             MorselPolicy::Fixed(n) => *n,
             MorselPolicy::Adaptive(p) => {
@@ -148,7 +159,7 @@ impl<'a> MorselSizer<'a> {
                     match self.last {
                         None => p.initial_tuples,
                         // Double while the doubled morsel is expected to fit.
-                        Some((size, t)) if t * 2 <= left => size * 2,
+                        Some((size, t)) if t * 2 <= limit => size * 2,
                         Some((size, t)) => {
                             // Doubling stops: the last startup morsel gives the
                             // task set its first throughput estimate.
@@ -160,7 +171,7 @@ impl<'a> MorselSizer<'a> {
                 } else {
                     let throughput = self.state.throughput().unwrap_or(1e6);
                     let slice = self.t_max.as_secs_f64() / f64::from(p.morsels_per_task.max(1));
-                    let mut duration = left.as_secs_f64().min(slice);
+                    let mut duration = limit.as_secs_f64().min(slice);
                     if let Some(r) = remaining {
                         let rest = r as f64 / throughput;
                         if rest < self.workers as f64 * self.t_max.as_secs_f64() {
@@ -275,6 +286,34 @@ mod tests {
         let sizes = task(&policy, &state, 1, 100, 1 << 30);
         // 4 morsels of T·t_max/4 = 5000 tuples: the task still fills t_max.
         assert_eq!(sizes, vec![5_000; 4]);
+    }
+
+    #[test]
+    fn a_capped_task_runs_short_morsels_in_every_state() {
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        let cap = Duration::from_micros(100);
+        let run = |state: &MorselState| {
+            let start = Instant::now();
+            let mut sizer = MorselSizer::starting_at(&policy, state, T_MAX, 1, start);
+            sizer.cap(Some(cap));
+            let (mut now, mut sizes) = (start, Vec::new());
+            while let Some(n) = sizer.next_at(now, Some(1 << 30)) {
+                // 100 ns per tuple.
+                now += Duration::from_nanos(100 * n as u64);
+                sizer.done_at(now, n);
+                sizes.push(n);
+            }
+            sizes
+        };
+        // Default state at 1e7 tuples/s: 1000-tuple morsels (100 µs), not 5000.
+        let state = MorselState::default();
+        state.set_throughput(1e7);
+        let sizes = run(&state);
+        assert!(sizes.len() >= 19, "{sizes:?}");
+        assert!(sizes.iter().all(|&n| n == 1000), "{sizes:?}");
+        // Startup: doubling stops before a morsel would pass the cap.
+        let sizes = run(&MorselState::default());
+        assert!(sizes.iter().all(|&n| n <= 1000), "{sizes:?}");
     }
 
     #[test]

@@ -61,6 +61,14 @@ pub struct SchedulerConfig {
     /// ([`crate::os_thread`]). Default 100 µs, the kernel's minimum; `None`
     /// keeps the kernel's default (about 1.5 ms on 2 cores).
     pub worker_os_slice: Option<Duration>,
+    /// Hand-over morsels: while a group that this worker ranks first is
+    /// between two task sets (its last tasks run elsewhere, or it is being
+    /// finalized), the worker's tasks of other groups run morsels of at most
+    /// this long, so that the preemption point after the group's next task
+    /// set arrives comes within one of them. Default 100 µs (seed 001's
+    /// `t_min`); `None` sizes those morsels like any other. Needs
+    /// `preemption`.
+    pub handover_morsel: Option<Duration>,
 }
 
 impl Default for SchedulerConfig {
@@ -77,6 +85,7 @@ impl Default for SchedulerConfig {
             preemption: true,
             worker_os_priority: WorkerOsPriority::Nice(10),
             worker_os_slice: Some(Duration::from_micros(100)),
+            handover_morsel: Some(Duration::from_micros(100)),
         }
     }
 }

@@ -131,6 +131,13 @@ impl<'a> TaskContext<'a> {
         }
     }
 
+    /// Caps the task's adaptive morsels at `cap` (the worker's hand-over
+    /// mode, [`crate::SchedulerConfig::handover_morsel`]).
+    pub(crate) fn with_morsel_cap(mut self, cap: Option<Duration>) -> Self {
+        self.sizer.cap(cap);
+        self
+    }
+
     /// Index of the worker running this task, in `0..workers()`. Task sets use
     /// it to address per-worker state without contention.
     pub fn worker(&self) -> usize {

@@ -60,6 +60,9 @@ pub struct WorkerStats {
     /// Tasks that ended at a preemption point, before `t_max`
     /// ([`crate::TaskContext::next_morsel`]).
     pub preemptions: u64,
+    /// Tasks run with short morsels while a better-ranked group was between
+    /// two task sets ([`crate::SchedulerConfig::handover_morsel`]).
+    pub handover_tasks: u64,
     /// The OS thread's core, nice value and time slice, as the kernel holds
     /// them ([`crate::os_thread`]); default until the worker has started.
     pub os: OsSetup,
@@ -69,7 +72,7 @@ pub struct WorkerStats {
 /// a Relaxed load and store (no read-modify-write on the task path), and
 /// read Relaxed by [`crate::Scheduler::worker_stats`]: they publish nothing
 /// and are monotone, so a reader sees some recent value of each, not a
-/// consistent snapshot of all five. Aligned so that workers' counters do not
+/// consistent snapshot of all of them. Aligned so that workers' counters do not
 /// share a cache line.
 #[derive(Debug, Default)]
 #[repr(align(128))]
@@ -79,6 +82,7 @@ pub(crate) struct WorkerCounters {
     idle_sleeps: StdAtomicU64,
     finalizations: StdAtomicU64,
     preemptions: StdAtomicU64,
+    handover_tasks: StdAtomicU64,
     /// Set once by the worker after its thread set-up.
     os: std::sync::OnceLock<OsSetup>,
 }
@@ -99,6 +103,7 @@ impl WorkerCounters {
             idle_sleeps: self.idle_sleeps.load(StdOrdering::Relaxed),
             finalizations: self.finalizations.load(StdOrdering::Relaxed),
             preemptions: self.preemptions.load(StdOrdering::Relaxed),
+            handover_tasks: self.handover_tasks.load(StdOrdering::Relaxed),
             os: self.os.get().copied().unwrap_or_default(),
         }
     }
@@ -189,7 +194,7 @@ impl Worker {
             };
             match self.shared.pins.pin(index, &self.shared.slots, k) {
                 SlotRead::Empty => self.local.forget(k),
-                SlotRead::Exhausted => self.local.deactivate(k),
+                SlotRead::Exhausted => self.local.exhausted(k),
                 SlotRead::Active(entry) => {
                     // SAFETY: we are pinned to slot `k` and read `entry`
                     // untagged, so it stays alive until our unpin below
@@ -258,7 +263,7 @@ impl Worker {
     fn visit(&mut self, k: usize) {
         match self.shared.pins.pin(self.index, &self.shared.slots, k) {
             SlotRead::Empty => self.local.forget(k),
-            SlotRead::Exhausted => self.local.deactivate(k),
+            SlotRead::Exhausted => self.local.exhausted(k),
             SlotRead::Active(entry) => {
                 // SAFETY: pinned to `k`, read untagged: alive until the unpin.
                 self.local.learn(k, unsafe { entry.as_ref() });
@@ -293,6 +298,13 @@ impl Worker {
             let ran;
             let start;
             let result;
+            // A better group between two task sets will want this worker
+            // back soon: short morsels, so that the preemption point after
+            // its next task set's arrival comes within one of them.
+            let handover = shared
+                .config
+                .handover_morsel
+                .filter(|_| shared.config.preemption && self.local.handover_pending(k));
             let mut ctx = TaskContext::new(
                 self.index,
                 shared.config.workers,
@@ -300,7 +312,8 @@ impl Worker {
                 (&shared.config.morsels, &group.morsel_states[e.task_set]),
                 group.is_cancelled(),
                 shared.config.preemption.then_some(&shared.masks),
-            );
+            )
+            .with_morsel_cap(handover);
             {
                 let task_set = &group.task_sets[e.task_set];
                 if let Some(c) = &mut self.clock {
@@ -323,6 +336,9 @@ impl Worker {
             WorkerCounters::add(&counters.busy_ns, ran.as_nanos() as u64);
             if ctx.preempted {
                 WorkerCounters::add(&counters.preemptions, 1);
+            }
+            if handover.is_some() {
+                WorkerCounters::add(&counters.handover_tasks, 1);
             }
             if let Some(t) = &self.trace {
                 t.record(

@@ -628,3 +628,112 @@ fn a_new_group_preempts_a_running_task_at_its_next_morsel() {
     // whole task: every morsel of the long query.
     assert_eq!(long_morsels_before_short_completes(false), (200, 0));
 }
+
+/// Spins 1 µs per tuple of each morsel it is handed, until `tuples` ran;
+/// tuples are claimed from a cursor, so each runs once.
+struct PerTuple {
+    tuples: usize,
+    cursor: AtomicUsize,
+    done: Arc<AtomicUsize>,
+}
+
+impl TaskSetWork for PerTuple {
+    fn name(&self) -> String {
+        "per tuple".into()
+    }
+    fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
+        loop {
+            let left = self
+                .tuples
+                .saturating_sub(self.cursor.load(Ordering::Relaxed));
+            let Some(n) = ctx.next_morsel(Some(left)) else {
+                return Ok(TaskOutcome::Yielded);
+            };
+            let from = self.cursor.fetch_add(n, Ordering::Relaxed);
+            if from >= self.tuples {
+                return Ok(TaskOutcome::Exhausted);
+            }
+            let n = n.min(self.tuples - from);
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_micros(n as u64) {
+                std::hint::spin_loop();
+            }
+            self.done.fetch_add(n, Ordering::Relaxed);
+            ctx.morsel_done(n);
+        }
+    }
+}
+
+/// A short task set whose finalization takes `finish` (a hash-table build).
+struct SlowFinish {
+    inner: PerTuple,
+    finish: Duration,
+}
+
+impl TaskSetWork for SlowFinish {
+    fn name(&self) -> String {
+        "slow finish".into()
+    }
+    fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
+        self.inner.run_task(ctx)
+    }
+    fn finalize(&self) -> Result<(), TaskError> {
+        std::thread::sleep(self.finish);
+        Ok(())
+    }
+}
+
+/// Two workers, FIFO: a short query of two task sets whose first one
+/// finalizes for 30 ms, then a long query. Returns the workers' hand-over
+/// tasks once both completed with all their work done exactly once.
+fn handover_tasks(handover: Option<Duration>) -> u64 {
+    let scheduler = Scheduler::new(SchedulerConfig {
+        workers: 2,
+        pin_workers: false,
+        policy: Policy::Fifo,
+        handover_morsel: handover,
+        ..SchedulerConfig::default()
+    });
+    let done = || Arc::new(AtomicUsize::new(0));
+    let (first, second, long_done) = (done(), done(), done());
+    let short = scheduler.submit(vec![
+        Arc::new(SlowFinish {
+            inner: PerTuple {
+                tuples: 2_000,
+                cursor: AtomicUsize::new(0),
+                done: first.clone(),
+            },
+            finish: Duration::from_millis(30),
+        }),
+        Arc::new(PerTuple {
+            tuples: 2_000,
+            cursor: AtomicUsize::new(0),
+            done: second.clone(),
+        }),
+    ]);
+    let long = scheduler.submit(vec![Arc::new(PerTuple {
+        tuples: 100_000,
+        cursor: AtomicUsize::new(0),
+        done: long_done.clone(),
+    })]);
+    short.wait().unwrap();
+    long.wait().unwrap();
+    assert_eq!(first.load(Ordering::Relaxed), 2_000);
+    assert_eq!(second.load(Ordering::Relaxed), 2_000);
+    assert_eq!(long_done.load(Ordering::Relaxed), 100_000);
+    scheduler
+        .worker_stats()
+        .iter()
+        .map(|w| w.handover_tasks)
+        .sum()
+}
+
+#[test]
+fn a_worker_fills_a_better_groups_finalization_with_hand_over_tasks() {
+    let _serial = serial();
+    // While one worker finalizes the short query's first task set, the other
+    // runs the long query's tasks as hand-over tasks (short morsels) ...
+    assert!(handover_tasks(Some(Duration::from_micros(100))) >= 1);
+    // ... and as ordinary tasks when hand-over morsels are off.
+    assert_eq!(handover_tasks(None), 0);
+}

@@ -299,6 +299,7 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
         Field::new("t_max_ms", DataType::Float64, false),
         Field::new("active_groups", DataType::Int64, false),
         Field::new("preemptions", DataType::Int64, false),
+        Field::new("handover_tasks", DataType::Int64, false),
         Field::new("os_core", DataType::Int64, true),
         Field::new("os_nice", DataType::Int64, true),
         Field::new("os_slice_us", DataType::Float64, true),
@@ -336,6 +337,9 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
         Arc::new(Int64Array::from_iter_values(std::iter::repeat_n(active, n))),
         Arc::new(Int64Array::from_iter_values(
             stats.iter().map(|w| w.preemptions as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.handover_tasks as i64),
         )),
         Arc::new(Int64Array::from_iter(
             stats.iter().map(|w| w.os.core.map(|c| c as i64)),

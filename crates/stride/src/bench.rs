@@ -360,6 +360,14 @@ fn poisson_cmd(args: &PoissonArgs, global: &GlobalArgs) -> Result<()> {
     );
     let summary = stats::summarize_run(&stats::points(&run.json), args.duration - args.warmup_s);
     summary.print(&mut std::io::stdout(), args.per_query)?;
+    if let Some(engine) = target.engine() {
+        for w in engine.scheduler().worker_stats() {
+            println!(
+                "worker {}: {} tasks, {} ended at a preemption point, {} hand-over tasks, {} sleeps",
+                w.worker, w.tasks, w.preemptions, w.handover_tasks, w.idle_sleeps
+            );
+        }
+    }
     let breakdown = phases::Breakdown::of_run(&run.json);
     if !breakdown.is_empty() {
         println!("\nwhere the time went (under load, alone, and the difference):");

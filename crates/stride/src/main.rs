@@ -72,6 +72,10 @@ struct GlobalArgs {
     /// it. 0 keeps the kernel's default (about 1.5 ms on 2 cores). Default 100.
     #[arg(long, global = true, value_name = "US")]
     worker_os_slice_us: Option<u64>,
+    /// Hand-over morsels in µs: a worker's morsels while a group it ranks
+    /// first is between two task sets (default 100; 0: off).
+    #[arg(long, global = true, value_name = "US")]
+    handover_morsel_us: Option<u64>,
     /// Self-tuning of the decaying priorities (seed 001 §4, stride policy):
     /// `TRACK,REFRESH` in seconds (e.g. 20,60, the seed's values); off when
     /// absent. Runs are listed in the system view `stride.tuning`.
@@ -157,6 +161,9 @@ fn start_traced(
             bail!("--worker-os-slice-us {us}: expected 0 (the kernel's default) or 100..=100000");
         }
         scheduler.worker_os_slice = (us > 0).then(|| std::time::Duration::from_micros(us));
+    }
+    if let Some(us) = global.handover_morsel_us {
+        scheduler.handover_morsel = (us > 0).then(|| std::time::Duration::from_micros(us));
     }
     if let Some(n) = global.morsels_per_task {
         if n == 0 {

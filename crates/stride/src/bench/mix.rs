@@ -298,6 +298,7 @@ mod tests {
             morsels_per_task: None,
             worker_os_priority: None,
             worker_os_slice_us: None,
+            handover_morsel_us: None,
             self_tuning: None,
         }
     }
