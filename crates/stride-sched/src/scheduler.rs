@@ -65,8 +65,9 @@ pub struct SchedulerConfig {
     /// between two task sets (its last tasks run elsewhere, or it is being
     /// finalized), the worker's tasks of other groups run morsels of at most
     /// this long, so that the preemption point after the group's next task
-    /// set arrives comes within one of them. Default 100 µs (seed 001's
-    /// `t_min`); `None` sizes those morsels like any other. Needs
+    /// set arrives comes within one of them (e.g. 100 µs, seed 001's
+    /// `t_min`). Default `None`, which sizes those morsels like any other:
+    /// on 2 cores the measured effect was nil (docs/experiments.md). Needs
     /// `preemption`.
     pub handover_morsel: Option<Duration>,
 }
@@ -85,7 +86,7 @@ impl Default for SchedulerConfig {
             preemption: true,
             worker_os_priority: WorkerOsPriority::Nice(10),
             worker_os_slice: Some(Duration::from_micros(100)),
-            handover_morsel: Some(Duration::from_micros(100)),
+            handover_morsel: None,
         }
     }
 }
