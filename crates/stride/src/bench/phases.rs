@@ -82,6 +82,18 @@ impl PhaseMeans {
         "latency", "send", "planning", "queued", "running", "waking", "other",
     ];
 
+    /// One query: its latency, send delay and phases; `other` is the rest.
+    pub fn one(latency_ms: f64, send_ms: f64, phases: Phases) -> PhaseMeans {
+        PhaseMeans {
+            count: 1,
+            latency_ms,
+            send_ms,
+            phases,
+            other_ms: latency_ms - send_ms - phases.total_ms(),
+        }
+    }
+
+    /// The columns of [`Self::COLUMNS`], in order.
     pub fn values(&self) -> [f64; 7] {
         let p = &self.phases;
         [
@@ -93,6 +105,33 @@ impl PhaseMeans {
             p.waking_ms,
             self.other_ms,
         ]
+    }
+
+    fn from_values(count: usize, v: [f64; 7]) -> PhaseMeans {
+        PhaseMeans {
+            count,
+            latency_ms: v[0],
+            send_ms: v[1],
+            phases: Phases {
+                planning_ms: v[2],
+                queued_ms: v[3],
+                running_ms: v[4],
+                waking_ms: v[5],
+            },
+            other_ms: v[6],
+        }
+    }
+
+    /// Sums of `self` and `o` (counts add up).
+    fn sum(&self, o: &PhaseMeans) -> PhaseMeans {
+        let (a, b) = (self.values(), o.values());
+        PhaseMeans::from_values(self.count + o.count, std::array::from_fn(|i| a[i] + b[i]))
+    }
+
+    /// Sums divided by the count.
+    fn mean(&self) -> PhaseMeans {
+        let n = self.count.max(1) as f64;
+        PhaseMeans::from_values(self.count, self.values().map(|x| x / n))
     }
 
     pub fn to_json(&self) -> Value {
@@ -116,13 +155,8 @@ impl Breakdown {
     /// From a run's JSON: measured, successful samples that carry phases
     /// (and isolated phases) only.
     pub fn of_run(run: &Value) -> Breakdown {
-        #[derive(Default)]
-        struct Acc {
-            n: usize,
-            load: [f64; 7],
-            iso: [f64; 7],
-        }
-        let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
+        // Per class: sums under load and alone.
+        let mut sums: BTreeMap<String, (PhaseMeans, PhaseMeans)> = BTreeMap::new();
         for s in run
             .get("samples")
             .and_then(Value::as_array)
@@ -150,46 +184,18 @@ impl Breakdown {
                 continue;
             };
             let send = ((start - arrival) * 1e3).max(0.0);
-            let a = acc.entry(class.to_string()).or_default();
-            a.n += 1;
-            let row = |lat: f64, send: f64, p: &Phases| {
-                [
-                    lat,
-                    send,
-                    p.planning_ms,
-                    p.queued_ms,
-                    p.running_ms,
-                    p.waking_ms,
-                    lat - send - p.total_ms(),
-                ]
-            };
-            for (sum, v) in a.load.iter_mut().zip(row(lat, send, &load)) {
-                *sum += v;
-            }
-            for (sum, v) in a.iso.iter_mut().zip(row(iso_lat, 0.0, &iso)) {
-                *sum += v;
-            }
+            let (l, i) = (
+                PhaseMeans::one(lat, send, load),
+                PhaseMeans::one(iso_lat, 0.0, iso),
+            );
+            sums.entry(class.to_string())
+                .and_modify(|(sl, si)| (*sl, *si) = (sl.sum(&l), si.sum(&i)))
+                .or_insert((l, i));
         }
-        let means = |n: usize, v: &[f64; 7]| {
-            let m = |i: usize| v[i] / n as f64;
-            PhaseMeans {
-                count: n,
-                latency_ms: m(0),
-                send_ms: m(1),
-                phases: Phases {
-                    planning_ms: m(2),
-                    queued_ms: m(3),
-                    running_ms: m(4),
-                    waking_ms: m(5),
-                },
-                other_ms: m(6),
-            }
-        };
         Breakdown {
-            classes: acc
+            classes: sums
                 .into_iter()
-                .filter(|(_, a)| a.n > 0)
-                .map(|(c, a)| (c, (means(a.n, &a.load), means(a.n, &a.iso))))
+                .map(|(c, (l, i))| (c, (l.mean(), i.mean())))
                 .collect(),
         }
     }
