@@ -48,11 +48,15 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--order", choices=["interleaved", "repeated"], default="interleaved",
+                    help="runs round by round over the queries, or back to back per query")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--stride", help="path of the stride binary (default: build it)")
     args = ap.parse_args()
     if (args.tpch is None) == (args.ssb is None):
         sys.exit("name exactly one of --tpch SF or --ssb SF")
+    if args.runs < 1 or args.warmup < 0:
+        sys.exit("--runs must be at least 1 and --warmup at least 0")
 
     stride = stride_binary(args.stride)
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,26 +75,36 @@ def main():
         qdir = ROOT / "queries" / "ssb"
         names = sorted(p.stem for p in qdir.glob("*.sql"))
     print(f"duckdb {duckdb.__version__} isolated latency: {args.threads} threads, "
-          f"{args.warmup} warm-up + {args.runs} measured runs per query\n\nschema {schema}")
+          f"{args.warmup} warm-up + {args.runs} measured runs per query, {args.order}\n\nschema {schema}")
     print(f"{'query':<6} {'median_ms':>10} {'min_ms':>10} {'max_ms':>10} {'rows':>8}")
-    total, logs = 0.0, []
+    sqls = {}
     for name in names:
         sql = (qdir / f"{name}.sql").read_text()
         if name == "q11" and args.tpch:
             sql = sql.replace("0.0010000000", f"{0.0001 / args.tpch:.10f}")
         if args.ssb:
             sql = sql.replace("from date,", 'from "date",').replace(", date,", ', "date",').replace(", date\n", ', "date"\n')
-        for _ in range(args.warmup):
-            con.execute(sql).fetchall()
-        times, rows = [], 0
-        for _ in range(args.runs):
-            t = time.perf_counter()
-            rows = len(con.execute(sql).fetchall())
-            times.append(time.perf_counter() - t)
-        med = statistics.median(times)
+        sqls[name] = sql
+    # Round by round over the queries (Stride's default), or each query's
+    # runs back to back.
+    if args.order == "repeated":
+        plan = [(n, i >= args.warmup) for n in names for i in range(args.warmup + args.runs)]
+    else:
+        plan = [(n, r >= args.warmup) for r in range(args.warmup + args.runs) for n in names]
+    times = {n: [] for n in names}
+    rows = {}
+    for name, measured in plan:
+        t = time.perf_counter()
+        rows[name] = len(con.execute(sqls[name]).fetchall())
+        if measured:
+            times[name].append(time.perf_counter() - t)
+    total, logs = 0.0, []
+    for name in names:
+        ts = times[name]
+        med = statistics.median(ts)
         total += med
         logs.append(math.log(max(med, 1e-9)))
-        print(f"{name:<6} {med*1e3:>10.2f} {min(times)*1e3:>10.2f} {max(times)*1e3:>10.2f} {rows:>8}")
+        print(f"{name:<6} {med*1e3:>10.2f} {min(ts)*1e3:>10.2f} {max(ts)*1e3:>10.2f} {rows[name]:>8}")
     print(f"sum_of_medians_ms={total*1e3:.1f} geomean_ms={math.exp(sum(logs)/len(logs))*1e3:.2f} queries={len(names)}")
 
 

@@ -14,7 +14,9 @@ What it does, per system:
      starts (primary keys, an index on l_partkey and ANALYZE, as usual for
      TPC-H on PostgreSQL; jit off).
   2. Isolated: each query's median latency over --isolated-runs runs after one
-     warm-up, alone on the system.
+     warm-up, alone on the system; the runs go round by round over a schema's
+     queries (--isolated-order interleaved, Stride's default) or back to back
+     per query (repeated).
   3. Poisson (open loop, seed 001 §5.1): arrivals with exponential gaps at
      λ = α / (mean isolated duration of a drawn query), short:long drawn
      3:1, each arrival sent at once on its own thread/connection; latency from
@@ -258,30 +260,44 @@ class Mix:
         return [{"name": n, "schema": s, "weight": w, "queries": [q for q, _ in qs]} for n, s, w, qs in self.classes]
 
 
-def isolated(system, mix, runs, timeout_s):
+def isolation_schedule(queries, runs, order):
+    """(query index, measured) pairs: one warm-up run and `runs` measured runs
+    per query, round by round over the queries ("interleaved", as `stride
+    bench` does by default) or each query's runs back to back ("repeated")."""
+    if order == "repeated":
+        return [(q, i > 0) for q in range(queries) for i in range(runs + 1)]
+    return [(q, r > 0) for r in range(runs + 1) for q in range(queries)]
+
+
+def isolated(system, mix, runs, timeout_s, order="interleaved"):
     out, dropped = {}, []
     for name, schema, _, queries in mix.classes:
         out.setdefault(schema, {})
-        for q, sql in queries:
-            times, rows, err = [], 0, None
-            for i in range(runs + 1):
-                t = time.perf_counter()
-                try:
-                    rows = system.run(schema, sql)
-                except Exception as e:  # noqa: BLE001 - any failure drops the query
-                    err = str(e).splitlines()[0]
-                    break
-                if i > 0:
-                    times.append((time.perf_counter() - t) * 1e3)
-                if times and times[-1] > timeout_s * 1e3:
-                    err = f"slower than --timeout ({times[-1]:.0f} ms)"
-                    break
-            if err:
-                dropped.append(f"{schema}.{q}: {err}")
-                print(f"  {system.name} {schema}.{q}: left out ({err})", file=sys.stderr)
+        times = [[] for _ in queries]
+        rows = [0] * len(queries)
+        failed = {}
+        for i, measured in isolation_schedule(len(queries), runs, order):
+            if i in failed:
                 continue
-            med = statistics.median(times)
-            out[schema][q] = {"median_ms": med, "min_ms": min(times), "max_ms": max(times), "rows": rows}
+            q, sql = queries[i]
+            t = time.perf_counter()
+            try:
+                rows[i] = system.run(schema, sql)
+            except Exception as e:  # noqa: BLE001 - any failure drops the query
+                failed[i] = str(e).splitlines()[0]
+                continue
+            ms = (time.perf_counter() - t) * 1e3
+            if ms > timeout_s * 1e3:
+                failed[i] = f"slower than --timeout ({ms:.0f} ms)"
+            elif measured:
+                times[i].append(ms)
+        for i, (q, _) in enumerate(queries):
+            if i in failed:
+                dropped.append(f"{schema}.{q}: {failed[i]}")
+                print(f"  {system.name} {schema}.{q}: left out ({failed[i]})", file=sys.stderr)
+                continue
+            med = statistics.median(times[i])
+            out[schema][q] = {"median_ms": med, "min_ms": min(times[i]), "max_ms": max(times[i]), "rows": rows[i]}
             print(f"  {system.name} {schema}.{q}: {med:.1f} ms", file=sys.stderr)
     return out, dropped
 
@@ -414,6 +430,8 @@ def main():
     ap.add_argument("--short-weight", type=float, default=3.0)
     ap.add_argument("--arrival-seed", type=int, default=1)
     ap.add_argument("--isolated-runs", type=int, default=3)
+    ap.add_argument("--isolated-order", choices=["interleaved", "repeated"], default="interleaved",
+                    help="isolated runs round by round over the queries, or back to back per query")
     ap.add_argument("--spin-duration", type=float, default=10.0, help="0: no spin run")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="DuckDB threads / PostgreSQL workers per gather")
@@ -457,11 +475,12 @@ def main():
             doc["versions"][name] = system.version
             print(f"{name}: isolated latencies (1 warm-up + {args.isolated_runs} runs per query)", file=sys.stderr)
             full = Mix(base)
-            iso, dropped = isolated(system, full, args.isolated_runs, args.timeout)
+            iso, dropped = isolated(system, full, args.isolated_runs, args.timeout, args.isolated_order)
             mix = Mix([(n, s, w, [(q, sql) for q, sql in qs if q in iso[s]]) for n, s, w, qs in base])
             if any(not c[3] for c in mix.classes):
                 sys.exit(f"{name}: a class has no query left")
-            doc["isolated"][name] = {"kind": "isolated", "system": name, "runs": args.isolated_runs, "schemas": iso}
+            doc["isolated"][name] = {"kind": "isolated", "system": name, "runs": args.isolated_runs,
+                                       "order": args.isolated_order, "schemas": iso}
             doc["left_out"][name] = dropped
             for load in loads:
                 run = poisson(system, mix, iso, load, args.duration, args.warmup_s, args.arrival_seed)

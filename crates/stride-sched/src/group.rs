@@ -40,6 +40,9 @@ pub type ResourceGroupId = u64;
 /// Accounting of one query, as observed by the scheduler.
 #[derive(Debug, Clone, Default)]
 pub struct QueryStats {
+    /// The resource group that ran the query, as named in traces
+    /// ([`crate::TaskRecord::group`]).
+    pub group: ResourceGroupId,
     /// Time from submission until the first task started.
     pub queue_wait: Duration,
     /// Time from submission until completion.
@@ -289,6 +292,7 @@ impl ResourceGroup {
     pub(crate) fn stats(&self) -> QueryStats {
         let c = &self.counters;
         QueryStats {
+            group: self.id,
             queue_wait: self
                 .started
                 .get()

@@ -67,6 +67,10 @@ pub struct IsolatedArgs {
     /// Unmeasured warm-up runs per query.
     #[arg(long, default_value_t = 1)]
     warmup: usize,
+    /// Order of the runs: round by round over the queries, or each query's
+    /// runs back to back.
+    #[arg(long, value_enum, default_value_t = isolated::Order::default())]
+    order: isolated::Order,
     /// Only these queries (e.g. q1,q6).
     #[arg(long, value_delimiter = ',')]
     queries: Vec<String>,
@@ -218,8 +222,9 @@ fn isolated_for(target: &Target, mix: &Mix, args: &MixArgs) -> Result<Isolated> 
         bail!("--isolated-runs must be at least 1");
     }
     eprintln!(
-        "measuring isolated latencies (1 warm-up + {} runs per query)…",
-        args.isolated_runs
+        "measuring isolated latencies (1 warm-up + {} runs per query, {})…",
+        args.isolated_runs,
+        args.isolated_order.name()
     );
     let suites: Vec<isolated::Suite> = mix
         .classes
@@ -230,15 +235,13 @@ fn isolated_for(target: &Target, mix: &Mix, args: &MixArgs) -> Result<Isolated> 
         })
         .collect();
     let t0 = Instant::now();
-    isolated::measure(
-        target,
-        t0,
-        &suites,
-        1,
-        args.isolated_runs,
-        true,
-        &mut Vec::new(),
-    )
+    let plan = isolated::Plan {
+        warmup: 1,
+        runs: args.isolated_runs,
+        order: args.isolated_order,
+        print: true,
+    };
+    isolated::measure(target, t0, &suites, &plan, &mut Vec::new())
 }
 
 fn write_json(path: &Path, v: &Value) -> Result<()> {
@@ -290,13 +293,14 @@ fn isolated_cmd(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
         ));
     }
     println!(
-        "isolated latency ({}): {} workers, {} warm-up + {} measured runs per query",
+        "isolated latency ({}): {} workers, {} warm-up + {} measured runs per query, {}",
         target.system(),
         target
             .workers()
             .map_or_else(|| "?".to_string(), |w| w.to_string()),
         args.warmup,
-        args.runs
+        args.runs,
+        args.order.name()
     );
     let borrowed: Vec<isolated::Suite> = suites
         .iter()
@@ -307,15 +311,13 @@ fn isolated_cmd(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
         .collect();
     let mut samples = Vec::new();
     let t0 = Instant::now();
-    let iso = isolated::measure(
-        &target,
-        t0,
-        &borrowed,
-        args.warmup,
-        args.runs,
-        true,
-        &mut samples,
-    )?;
+    let plan = isolated::Plan {
+        warmup: args.warmup,
+        runs: args.runs,
+        order: args.order,
+        print: true,
+    };
+    let iso = isolated::measure(&target, t0, &borrowed, &plan, &mut samples)?;
     if let Some(path) = &args.json {
         let mut v = iso.to_json();
         v["workers"] = target.workers().into();

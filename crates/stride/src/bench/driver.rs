@@ -254,11 +254,15 @@ impl PgTarget {
 }
 
 /// What one request produced.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RunInfo {
     pub rows: usize,
     /// Where the time went (in-process only).
     pub phases: Option<Phases>,
+    /// The resource groups that ran the request's queries, in order
+    /// (in-process only; uncorrelated subqueries run during planning are
+    /// groups of their own and not listed).
+    pub groups: Vec<u64>,
 }
 
 impl Conn {
@@ -271,6 +275,7 @@ impl Conn {
                 for out in session.execute(sql)? {
                     if let stride_sql::StatementOutput::Query(q) = out {
                         info.rows += q.num_rows();
+                        info.groups.push(q.stats.group);
                         info.phases
                             .get_or_insert_with(Phases::default)
                             .add(&Phases::of(&q));
@@ -286,6 +291,7 @@ impl Conn {
                         .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
                         .count(),
                     phases: None,
+                    groups: Vec::new(),
                 })
             }
             (Conn::Pg(_), Target::Engine(_)) => {

@@ -1,5 +1,13 @@
-//! Isolated latency: each query alone, `warmup` unmeasured runs then `runs`
-//! measured ones on one connection; the median is the query's base latency.
+//! Isolated latency: each query alone on the engine, `warmup` unmeasured
+//! runs then `runs` measured ones on one connection per schema; the median
+//! is the query's base latency.
+//!
+//! The order of the runs is a choice ([`Order`]). Repeating one query back to
+//! back measures it with its own data and hash tables still in the caches,
+//! which no query in a mix ever finds; interleaving (round by round, each
+//! query once per round) measures each query after the others, as it runs
+//! in a mix at low load, and spreads a noisy second of the machine over
+//! every query instead of a few.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -8,6 +16,7 @@ use anyhow::{Context, Result};
 
 use super::driver::Target;
 use super::mix::{IsoStat, Isolated};
+use super::phases::Phases;
 use super::stats::Sample;
 use stride::workload::Query;
 
@@ -17,23 +26,87 @@ pub struct Suite<'a> {
     pub queries: &'a [Query],
 }
 
-/// Measures every query of every suite; prints a table per schema when
-/// `print` is set. Each run is also returned as a sample (for traces), its
-/// times in seconds since `t0`.
+/// In which order a schema's isolated runs are made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Order {
+    /// Round by round: each round runs every query of the schema once, in
+    /// the suite's order; no query follows itself.
+    #[default]
+    Interleaved,
+    /// Each query's runs back to back (warm caches: a lower bound).
+    Repeated,
+}
+
+impl Order {
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Interleaved => "interleaved",
+            Order::Repeated => "repeated",
+        }
+    }
+}
+
+/// How isolated latencies are measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Unmeasured runs per query (made in the same order as measured ones).
+    pub warmup: usize,
+    /// Measured runs per query.
+    pub runs: usize,
+    pub order: Order,
+    /// Print a table per schema.
+    pub print: bool,
+}
+
+/// The order of one schema's runs: (query index, measured) pairs.
+fn schedule(queries: usize, plan: &Plan) -> Vec<(usize, bool)> {
+    let rounds = |n: usize, measured: bool| -> Vec<(usize, bool)> {
+        match plan.order {
+            Order::Interleaved => (0..n)
+                .flat_map(|_| (0..queries).map(move |q| (q, measured)))
+                .collect(),
+            Order::Repeated => (0..queries)
+                .flat_map(|q| (0..n).map(move |_| (q, measured)))
+                .collect(),
+        }
+    };
+    match plan.order {
+        Order::Interleaved => {
+            let mut all = rounds(plan.warmup, false);
+            all.extend(rounds(plan.runs, true));
+            all
+        }
+        // Warm-up runs directly before each query's measured ones.
+        Order::Repeated => (0..queries)
+            .flat_map(|q| {
+                (0..plan.warmup)
+                    .map(move |_| (q, false))
+                    .chain((0..plan.runs).map(move |_| (q, true)))
+            })
+            .collect(),
+    }
+}
+
+/// Measures every query of every suite. Each measured run is also returned
+/// as a sample (for traces), its times in seconds since `t0`.
 pub fn measure(
     target: &Target,
     t0: Instant,
     suites: &[Suite<'_>],
-    warmup: usize,
-    runs: usize,
-    print: bool,
+    plan: &Plan,
     samples: &mut Vec<Sample>,
 ) -> Result<Isolated> {
+    anyhow::ensure!(
+        plan.runs > 0,
+        "isolated latencies need at least one measured run"
+    );
     let mut iso = Isolated {
         by_schema: HashMap::new(),
         system: target.system(),
-        runs,
+        runs: plan.runs,
+        order: plan.order.name().into(),
     };
+    let print = plan.print;
     for suite in suites {
         let mut conn = target.acquire(suite.schema)?;
         if print {
@@ -43,45 +116,48 @@ pub fn measure(
                 "query", "median_ms", "min_ms", "max_ms", "rows"
             );
         }
+        // Per query: (latency, phases) of each measured run, and its rows.
+        let mut times: Vec<Vec<(f64, Option<Phases>)>> = vec![Vec::new(); suite.queries.len()];
+        let mut rows = vec![0; suite.queries.len()];
+        for (i, measured) in schedule(suite.queries.len(), plan) {
+            let q = &suite.queries[i];
+            let start = t0.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let info = conn.run(target, &q.sql).with_context(|| {
+                let what = if measured { "" } else { " (warm-up)" };
+                format!("{}.{}{what}", suite.schema, q.name)
+            })?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            if !measured {
+                continue;
+            }
+            rows[i] = info.rows;
+            times[i].push((ms, info.phases));
+            samples.push(Sample {
+                query: q.name.clone(),
+                class: suite.schema.to_string(),
+                arrival: start,
+                start,
+                end: start + ms / 1e3,
+                latency_ms: ms,
+                isolated_ms: None,
+                warmup: false,
+                error: None,
+                phases: info.phases,
+                isolated_phases: None,
+                groups: info.groups,
+            });
+        }
         let (mut sum, mut log_sum) = (0.0, 0.0);
-        for q in suite.queries {
-            for _ in 0..warmup {
-                conn.run(target, &q.sql)
-                    .with_context(|| format!("{}.{} (warm-up)", suite.schema, q.name))?;
-            }
-            // (latency, phases) of each run.
-            let mut times = Vec::with_capacity(runs);
-            let mut rows = 0;
-            for _ in 0..runs {
-                let start = t0.elapsed().as_secs_f64();
-                let t = Instant::now();
-                let info = conn
-                    .run(target, &q.sql)
-                    .with_context(|| format!("{}.{}", suite.schema, q.name))?;
-                rows = info.rows;
-                let ms = t.elapsed().as_secs_f64() * 1e3;
-                times.push((ms, info.phases));
-                samples.push(Sample {
-                    query: q.name.clone(),
-                    class: suite.schema.to_string(),
-                    arrival: start,
-                    start,
-                    end: start + ms / 1e3,
-                    latency_ms: ms,
-                    isolated_ms: None,
-                    warmup: false,
-                    error: None,
-                    phases: info.phases,
-                    isolated_phases: None,
-                });
-            }
+        for (i, q) in suite.queries.iter().enumerate() {
+            let times = &mut times[i];
             times.sort_by(|a, b| a.0.total_cmp(&b.0));
             let median = times[times.len() / 2];
             let stat = IsoStat {
                 median_ms: median.0,
                 min_ms: times[0].0,
                 max_ms: times[times.len() - 1].0,
-                rows,
+                rows: rows[i],
                 phases: median.1,
             };
             sum += stat.median_ms;
@@ -114,4 +190,61 @@ pub fn measure(
         s.isolated_phases = stat.and_then(|st| st.phases);
     }
     Ok(iso)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(warmup: usize, runs: usize, order: Order) -> Plan {
+        Plan {
+            warmup,
+            runs,
+            order,
+            print: false,
+        }
+    }
+
+    #[test]
+    fn interleaved_runs_go_round_by_round_after_a_warm_up_round() {
+        let s = schedule(3, &plan(1, 2, Order::Interleaved));
+        let q: Vec<usize> = s.iter().map(|&(q, _)| q).collect();
+        assert_eq!(q, [0, 1, 2, 0, 1, 2, 0, 1, 2]);
+        assert!(s[..3].iter().all(|&(_, m)| !m));
+        assert!(s[3..].iter().all(|&(_, m)| m));
+        // No query directly follows itself when there are several.
+        assert!(s.windows(2).all(|w| w[0].0 != w[1].0));
+    }
+
+    #[test]
+    fn repeated_runs_keep_each_query_together() {
+        let s = schedule(2, &plan(1, 3, Order::Repeated));
+        assert_eq!(
+            s,
+            [
+                (0, false),
+                (0, true),
+                (0, true),
+                (0, true),
+                (1, false),
+                (1, true),
+                (1, true),
+                (1, true)
+            ]
+        );
+    }
+
+    #[test]
+    fn every_query_gets_exactly_its_runs() {
+        for order in [Order::Interleaved, Order::Repeated] {
+            for (queries, warmup, runs) in [(1, 0, 1), (5, 2, 3), (22, 1, 5)] {
+                let s = schedule(queries, &plan(warmup, runs, order));
+                for q in 0..queries {
+                    let measured = s.iter().filter(|&&(x, m)| x == q && m).count();
+                    let warm = s.iter().filter(|&&(x, m)| x == q && !m).count();
+                    assert_eq!((measured, warm), (runs, warmup), "{order:?} q{q}");
+                }
+            }
+        }
+    }
 }

@@ -11,6 +11,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 use stride::workload::{self, Query};
 
+use super::isolated::Order;
 use super::phases::Phases;
 use crate::GlobalArgs;
 
@@ -44,6 +45,11 @@ pub struct MixArgs {
     /// Measured runs per query when measuring isolated latencies first.
     #[arg(long, default_value_t = 3)]
     pub isolated_runs: usize,
+    /// Order of those runs: round by round over the queries, or each
+    /// query's runs back to back (docs/experiments.md, "The isolated
+    /// baseline").
+    #[arg(long, value_enum, default_value_t = Order::default())]
+    pub isolated_order: Order,
 }
 
 /// One class of queries: one schema, drawn with `weight`.
@@ -190,6 +196,9 @@ pub struct Isolated {
     pub by_schema: HashMap<String, HashMap<String, IsoStat>>,
     pub system: String,
     pub runs: usize,
+    /// How the runs were ordered ([`Order::name`]); empty when read from a
+    /// file written before it was recorded.
+    pub order: String,
 }
 
 impl Isolated {
@@ -224,7 +233,7 @@ impl Isolated {
             schemas.insert(s, Value::Object(qs));
         }
         json!({"kind": "isolated", "system": self.system, "runs": self.runs,
-            "schemas": Value::Object(schemas)})
+            "order": self.order, "schemas": Value::Object(schemas)})
     }
 
     pub fn from_json(v: &Value) -> Result<Isolated> {
@@ -260,6 +269,7 @@ impl Isolated {
             by_schema,
             system: v.get("system").and_then(Value::as_str).unwrap_or("").into(),
             runs: v.get("runs").and_then(Value::as_u64).unwrap_or(0) as usize,
+            order: v.get("order").and_then(Value::as_str).unwrap_or("").into(),
         })
     }
 
@@ -311,6 +321,7 @@ mod tests {
             seed: 1,
             isolated: None,
             isolated_runs: 1,
+            isolated_order: Order::Interleaved,
         }
     }
 
@@ -349,6 +360,7 @@ mod tests {
                     queued_ms: 0.0,
                     running_ms: 1.5,
                     waking_ms: 0.0,
+                    cpu_ms: 2.5,
                 }),
             },
         );

@@ -21,6 +21,11 @@ pub struct Phases {
     pub queued_ms: f64,
     pub running_ms: f64,
     pub waking_ms: f64,
+    /// Not a phase (not in [`Self::total_ms`]): worker time in the query's
+    /// own tasks and finalization steps, summed over workers. Under load
+    /// against alone it separates a query that ran slower (caches, memory
+    /// bandwidth, the OS) from one that waited for workers.
+    pub cpu_ms: f64,
 }
 
 impl Phases {
@@ -34,6 +39,7 @@ impl Phases {
             queued_ms: queued,
             running_ms: submitted_to_done - queued,
             waking_ms: (ms(out.execution) - submitted_to_done).max(0.0),
+            cpu_ms: ms(out.stats.cpu_time + out.stats.finalize_time),
         }
     }
 
@@ -43,6 +49,7 @@ impl Phases {
         self.queued_ms += o.queued_ms;
         self.running_ms += o.running_ms;
         self.waking_ms += o.waking_ms;
+        self.cpu_ms += o.cpu_ms;
     }
 
     pub fn total_ms(&self) -> f64 {
@@ -51,7 +58,8 @@ impl Phases {
 
     pub fn to_json(&self) -> Value {
         json!({"planning_ms": self.planning_ms, "queued_ms": self.queued_ms,
-            "running_ms": self.running_ms, "waking_ms": self.waking_ms})
+            "running_ms": self.running_ms, "waking_ms": self.waking_ms,
+            "cpu_ms": self.cpu_ms})
     }
 
     pub fn from_json(v: &Value) -> Option<Phases> {
@@ -61,6 +69,8 @@ impl Phases {
             queued_ms: f("queued_ms")?,
             running_ms: f("running_ms")?,
             waking_ms: f("waking_ms")?,
+            // Absent from runs recorded before it was measured.
+            cpu_ms: f("cpu_ms").unwrap_or(0.0),
         })
     }
 }
@@ -78,8 +88,10 @@ pub struct PhaseMeans {
 }
 
 impl PhaseMeans {
-    pub const COLUMNS: [&'static str; 7] = [
-        "latency", "send", "planning", "queued", "running", "waking", "other",
+    /// The phases, which sum to the latency, then the worker time
+    /// (`cpu`, summed over workers: not part of the sum).
+    pub const COLUMNS: [&'static str; 8] = [
+        "latency", "send", "planning", "queued", "running", "waking", "other", "cpu",
     ];
 
     /// One query: its latency, send delay and phases; `other` is the rest.
@@ -94,7 +106,7 @@ impl PhaseMeans {
     }
 
     /// The columns of [`Self::COLUMNS`], in order.
-    pub fn values(&self) -> [f64; 7] {
+    pub fn values(&self) -> [f64; 8] {
         let p = &self.phases;
         [
             self.latency_ms,
@@ -104,10 +116,11 @@ impl PhaseMeans {
             p.running_ms,
             p.waking_ms,
             self.other_ms,
+            p.cpu_ms,
         ]
     }
 
-    fn from_values(count: usize, v: [f64; 7]) -> PhaseMeans {
+    fn from_values(count: usize, v: [f64; 8]) -> PhaseMeans {
         PhaseMeans {
             count,
             latency_ms: v[0],
@@ -117,6 +130,7 @@ impl PhaseMeans {
                 queued_ms: v[3],
                 running_ms: v[4],
                 waking_ms: v[5],
+                cpu_ms: v[7],
             },
             other_ms: v[6],
         }
@@ -262,12 +276,14 @@ mod tests {
             queued_ms: 0.1,
             running_ms: 15.0,
             waking_ms: 0.1,
+            cpu_ms: 28.0,
         };
         let loaded = Phases {
             planning_ms: 5.0,
             queued_ms: 3.0,
             running_ms: 20.0,
             waking_ms: 1.0,
+            cpu_ms: 31.0,
         };
         let run = json!({"samples": [
             sample("short", 31.5, 1.5, loaded, iso, false),
@@ -284,6 +300,9 @@ mod tests {
         assert!((load.phases.queued_ms - 3.0).abs() < 1e-9);
         // 31.5 = 1.5 send + 29 in phases + 1 other.
         assert!((load.other_ms - 1.0).abs() < 1e-9);
+        // Worker time is reported beside the phases, not among them.
+        assert!((load.phases.cpu_ms - 31.0).abs() < 1e-9);
+        assert!((alone.phases.cpu_ms - 28.0).abs() < 1e-9);
         assert_eq!(alone.send_ms, 0.0);
         assert!((alone.other_ms - 1.0).abs() < 1e-9);
         let mut text = Vec::new();

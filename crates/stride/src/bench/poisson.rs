@@ -164,6 +164,10 @@ impl Pool {
                 warmup: false,
                 phases: result.as_ref().ok().and_then(|r| r.phases),
                 isolated_phases: isolated.and_then(|s| s.phases),
+                groups: result
+                    .as_ref()
+                    .map(|r| r.groups.clone())
+                    .unwrap_or_default(),
                 error: result.err().map(|e| format!("{e:#}")),
             });
     }
@@ -346,6 +350,7 @@ mod tests {
                         queued_ms: 0.0,
                         running_ms: 1.5,
                         waking_ms: 0.0,
+                        cpu_ms: 2.5,
                     }),
                 },
             );

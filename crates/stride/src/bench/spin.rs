@@ -160,6 +160,10 @@ pub fn run(
                                 .as_ref()
                                 .and_then(|i| i.get(&class.schema, &query.name).ok())
                                 .and_then(|s| s.phases),
+                            groups: result
+                                .as_ref()
+                                .map(|r| r.groups.clone())
+                                .unwrap_or_default(),
                             error: result.err().map(|e| format!("{e:#}")),
                         });
                     }

@@ -31,6 +31,9 @@ pub struct Sample {
     pub phases: Option<Phases>,
     /// The phases of the query's isolated run of median latency.
     pub isolated_phases: Option<Phases>,
+    /// The resource groups that ran it (in-process only): what names its
+    /// tasks in a trace.
+    pub groups: Vec<u64>,
 }
 
 impl Sample {
@@ -48,6 +51,7 @@ impl Sample {
             "slowdown": self.slowdown(), "warmup": self.warmup, "error": self.error,
             "phases": self.phases.as_ref().map(Phases::to_json),
             "isolated_phases": self.isolated_phases.as_ref().map(Phases::to_json),
+            "groups": self.groups,
         })
     }
 }
@@ -298,6 +302,7 @@ mod tests {
                 error: err.map(str::to_string),
                 phases: None,
                 isolated_phases: None,
+                groups: Vec::new(),
             }
             .to_json()
         };

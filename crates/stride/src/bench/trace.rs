@@ -4,10 +4,11 @@
 //! query the resource group belongs to, and the queries themselves as
 //! events on their own track (`pid` 2, one `tid` per query sample).
 //!
-//! The engine does not hand out resource-group ids per statement, so a group
-//! is matched to a benchmark sample by time: a group is labelled with a
-//! query's name when exactly one sample was in flight for the whole span of
-//! the group's tasks; otherwise it keeps its group id only.
+//! In-process samples name the resource groups that ran them, and those
+//! groups are labelled with the sample's query. Groups no sample names (a
+//! run over the wire, uncorrelated subqueries run during planning) are
+//! matched by time: labelled when exactly one sample was in flight for the
+//! whole span of the group's tasks; otherwise they keep their id only.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -41,8 +42,15 @@ pub fn document(records: &[TaskRecord], origin: Instant, t0: Instant, samples: &
         e.0 = e.0.min(a);
         e.1 = e.1.max(b);
     }
-    let names: BTreeMap<u64, String> = spans
+    let mut names: BTreeMap<u64, String> = BTreeMap::new();
+    for s in samples {
+        for &g in &s.groups {
+            names.insert(g, format!("{}/{}", s.class, s.query));
+        }
+    }
+    let by_time: Vec<(u64, String)> = spans
         .iter()
+        .filter(|(g, _)| !names.contains_key(g))
         .filter_map(|(&g, &(a, b))| {
             let mut hits = windows.iter().filter(|w| w.0 <= a && b <= w.1);
             match (hits.next(), hits.next()) {
@@ -51,6 +59,7 @@ pub fn document(records: &[TaskRecord], origin: Instant, t0: Instant, samples: &
             }
         })
         .collect();
+    names.extend(by_time);
     let mut events = Vec::with_capacity(records.len() + samples.len() + 8);
     events.push(
         json!({"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "stride workers"}}),
@@ -88,7 +97,7 @@ pub fn document(records: &[TaskRecord], origin: Instant, t0: Instant, samples: &
             "cat": "query",
             "ts": shift_us + s.arrival * 1e6,
             "dur": (s.end - s.arrival) * 1e6,
-            "args": {"latency_ms": s.latency_ms, "slowdown": s.slowdown(),
+            "args": {"latency_ms": s.latency_ms, "slowdown": s.slowdown(), "groups": s.groups,
                 "send_ms": (s.start - s.arrival) * 1e3,
                 "phases": s.phases.as_ref().map(super::phases::Phases::to_json),
                 "error": s.error},
@@ -147,9 +156,10 @@ mod tests {
             error: None,
             phases: None,
             isolated_phases: None,
+            groups: Vec::new(),
         };
         let records = [rec(0, 7, 12, 14), rec(1, 7, 13, 19), rec(0, 8, 30, 31)];
-        let doc = document(&records, origin, t0, &[sample]);
+        let doc = document(&records, origin, t0, &[sample.clone()]);
         let events = doc["traceEvents"].as_array().unwrap();
         let tasks: Vec<&Value> = events
             .iter()
@@ -166,5 +176,30 @@ mod tests {
             .find(|e| e["pid"] == 2 && e["ph"] == "X")
             .unwrap();
         assert_eq!(query["ts"], 11000.0);
+
+        // A sample that names its groups labels them whatever the times:
+        // group 8 runs outside every window, and group 7 now lies inside
+        // two samples' windows, which time alone could not tell apart.
+        let named = Sample {
+            query: "q1".into(),
+            groups: vec![8, 7],
+            ..sample.clone()
+        };
+        let doc = document(&records, origin, t0, &[sample, named]);
+        let names: Vec<&str> = doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == 1)
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "short/q1 (group 7)",
+                "short/q1 (group 7)",
+                "short/q1 (group 8)"
+            ]
+        );
     }
 }
