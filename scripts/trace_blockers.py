@@ -13,7 +13,13 @@ group) over the workers:
   other-fin  other groups' finalization steps (never split by the scheduler)
   idle       nothing
 
-and lists the longest events of other groups that overlapped such queries.
+lists the longest events of other groups that overlapped such queries, and
+measures the join delay: for each task set of theirs that ran on more than
+one worker, how long after its first task each other worker's first task
+in it started (the first task set separately: at arrival every worker may
+be inside another query's morsel). A worker joins late when it is inside a
+morsel or finalization step of another group when the set becomes
+runnable; the events it was in are counted by kind.
 
     python3 scripts/trace_blockers.py bench-out/trace.json --class short
 """
@@ -84,10 +90,52 @@ def main():
     for k in ("own", "other", "other-fin", "idle"):
         print(f"  {k:<10} {totals[k] / (span * len(workers)):6.1%}"
               f"   {totals[k] / queries / 1e3:7.3f} ms per query")
+    join_delays(by_group, by_worker, prefix)
     blockers.sort(reverse=True)
     print(f"longest overlaps with other groups' events (ms overlapped, event):")
     for overlap, name, kind, dur in blockers[: args.top]:
         print(f"  {overlap / 1e3:7.2f} of {dur / 1e3:7.2f}  {kind:<8} {name}")
+
+
+def join_delays(by_group, by_worker, prefix):
+    """Per task set of the class's queries: delay of each further worker."""
+    delays = {"first": [], "later": []}
+    late_in = collections.Counter()
+    for group, evs in by_group.items():
+        query = evs[0]["args"].get("query")
+        if not query or not query.startswith(prefix):
+            continue
+        sets = collections.defaultdict(list)
+        for e in evs:
+            if e.get("cat") == "task":
+                sets[e["args"]["task_set"]].append(e)
+        first_set = min(sets, default=None)
+        for ts, tasks in sets.items():
+            start = min(e["ts"] for e in tasks)
+            joins = {}
+            for e in tasks:
+                joins[e["tid"]] = min(joins.get(e["tid"], e["ts"]), e["ts"])
+            kind = "first" if ts == first_set else "later"
+            for w, t in joins.items():
+                if t == start:
+                    continue
+                delays[kind].append(t - start)
+                # What the late worker was running when the set started.
+                for e in by_worker[w]:
+                    if e["ts"] <= start < e["ts"] + e["dur"] and e["args"]["group"] != group:
+                        late_in["finalize" if e.get("cat") == "finalize" else "task"] += 1
+                        break
+    print("join delay of further workers, µs (task sets run by more than one worker):")
+    for kind in ("first", "later"):
+        d = sorted(delays[kind])
+        if not d:
+            print(f"  {kind:<6} none")
+            continue
+        pick = lambda q: d[min(len(d) - 1, int(q * len(d)))]
+        print(f"  {kind:<6} n={len(d):5}  mean {sum(d) / len(d):7.1f}  p50 {pick(0.5):7.1f}"
+              f"  p90 {pick(0.9):7.1f}  max {d[-1]:8.1f}")
+    print(f"  late workers were inside another group's task {late_in['task']} times, "
+          f"its finalization step {late_in['finalize']} times")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,9 @@ pub struct QueryOutput {
     pub schema: SchemaRef,
     pub batches: Vec<RecordBatch>,
     pub stats: QueryStats,
-    /// Planning (parse, bind, optimize, lower) time.
+    /// Planning time: parse and bind (when the statement came as SQL text
+    /// to [`Session::execute`]; a prepared statement was bound earlier),
+    /// optimize, run uncorrelated subqueries, lower.
     pub planning: Duration,
     /// Wall time from submission to result.
     pub execution: Duration,
@@ -331,19 +333,29 @@ impl Session {
     /// after the first failing statement no further one runs (its error is
     /// the last element).
     pub fn execute_statements(&mut self, sql: &str) -> Vec<Result<StatementOutput>> {
+        let parse_start = Instant::now();
         let statements = match DFParser::parse_sql(sql) {
             Ok(s) => s,
             Err(DataFusionError::SQL(p, _)) => return vec![Err(SqlError::Syntax(p.to_string()))],
             Err(other) => return vec![Err(SqlError::Syntax(other.to_string()))],
         };
+        // Parsing the request counts as planning of its first query; binding
+        // (SQL to logical plan) as planning of the statement bound.
+        let mut parsing = Some(parse_start.elapsed());
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
             let result = reject_unsupported_syntax(&stmt).and_then(|()| {
                 // Planning runs on the session's thread; a panic in a planner
                 // library must fail this statement only.
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let bind_start = Instant::now();
                     let prepared = self.prepare_statement(stmt)?;
-                    self.execute_prepared(&prepared, Vec::new())
+                    let binding = bind_start.elapsed();
+                    let mut output = self.execute_prepared(&prepared, Vec::new())?;
+                    if let StatementOutput::Query(q) = &mut output {
+                        q.planning += binding + parsing.take().unwrap_or_default();
+                    }
+                    Ok(output)
                 }))
                 .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))))
             });

@@ -321,6 +321,7 @@ fn isolated_cmd(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
     if let Some(path) = &args.json {
         let mut v = iso.to_json();
         v["workers"] = target.workers().into();
+        v["allocator_purge"] = target.allocator_purge().into();
         write_json(path, &v)?;
     }
     if let (Some(path), Some((tracer, origin))) = (&args.trace, &tracer) {

@@ -1,6 +1,7 @@
 //! The `stride` command: one-shot SQL, an interactive shell, data export and
 //! benchmarks, all in-process.
 
+mod allocator;
 mod bench;
 mod shell;
 
@@ -15,6 +16,7 @@ use stride_sql::{Engine, EngineConfig, Session};
 
 /// mimalloc keeps freed memory for reuse; with glibc's allocator every
 /// morsel-sized column (≥128 KiB) is a fresh mmap that the kernel zeroes.
+/// How it hands memory back is set in [`allocator::configure`].
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -222,6 +224,7 @@ fn start_traced(
 }
 
 fn main() -> Result<()> {
+    allocator::configure();
     let cli = Cli::parse();
     match &cli.command {
         Command::Sql { sql } => {

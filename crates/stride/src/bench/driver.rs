@@ -232,6 +232,18 @@ impl Target {
     pub fn workers(&self) -> Option<usize> {
         self.engine().map(|e| e.scheduler().config().workers)
     }
+
+    /// How this process's allocator purges freed memory ("reset" or
+    /// "decommit", [`crate::allocator`]); `None` for a server over the wire.
+    pub fn allocator_purge(&self) -> Option<&'static str> {
+        self.engine().map(|_| {
+            if crate::allocator::purge_decommits() {
+                "decommit"
+            } else {
+                "reset"
+            }
+        })
+    }
 }
 
 impl PgTarget {

@@ -260,6 +260,7 @@ pub fn run(
         "measured_s": cfg.duration_s - cfg.warmup_s,
         "wall_s": wall,
         "workers": target.workers(),
+        "allocator_purge": target.allocator_purge(),
         "classes": mix.to_json(),
         "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
     });

@@ -203,6 +203,7 @@ pub fn run(
         "warmup_s": cfg.warmup_s,
         "wall_s": wall,
         "workers": target.workers(),
+        "allocator_purge": target.allocator_purge(),
         "classes": mix.to_json(),
         "throughput": {
             "mean_qps": tp.mean_qps, "sem_qps": tp.sem_qps,

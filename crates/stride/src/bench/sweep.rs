@@ -158,6 +158,7 @@ pub fn run(args: &SweepArgs, global: &GlobalArgs) -> Result<()> {
         "kind": "sweep",
         "system": target.system(),
         "workers": target.workers(),
+        "allocator_purge": target.allocator_purge(),
         "policies": args.policies,
         "loads": args.loads,
         "duration_s": args.duration,
