@@ -75,7 +75,7 @@ struct GlobalArgs {
     #[arg(long, global = true, value_name = "US")]
     worker_os_slice_us: Option<u64>,
     /// Hand-over morsels in µs: a worker's morsels while a group it ranks
-    /// first is between two task sets (e.g. 100; default 0: off).
+    /// first is between two task sets (default 100; 0: off).
     #[arg(long, global = true, value_name = "US")]
     handover_morsel_us: Option<u64>,
     /// Self-tuning of the decaying priorities (seed 001 §4, stride policy):
