@@ -375,8 +375,15 @@ mod tests {
             let p = s.phases.expect("in-process samples carry phases");
             assert!(p.running_ms >= 0.0 && p.planning_ms > 0.0);
             assert!(p.total_ms() <= s.latency_ms + 1e-6);
+            assert!(p.cpu_ms > 0.0, "its tasks took worker time");
+            assert_eq!(s.groups.len(), 1, "one statement, one resource group");
             assert_eq!(s.warmup, s.arrival < cfg.warmup_s);
         }
+        // Each query ran as its own resource group: what the trace names.
+        let mut groups: Vec<u64> = run.samples.iter().flat_map(|s| s.groups.clone()).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        assert_eq!(groups.len(), run.samples.len());
         let breakdown = &run.json["phases"];
         let measured = run
             .samples
