@@ -41,6 +41,16 @@ def schema_name(prefix, sf):
     return f"{prefix}sf{s.replace('.', '_')}"
 
 
+def isolation_schedule(queries, warmup, runs, order):
+    """(query index, measured) pairs: `warmup` then `runs` runs per query,
+    round by round over the queries ("interleaved", as `stride bench` does
+    by default) or each query's runs back to back ("repeated")."""
+    total = warmup + runs
+    if order == "repeated":
+        return [(q, r >= warmup) for q in range(queries) for r in range(total)]
+    return [(q, r >= warmup) for r in range(total) for q in range(queries)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tpch", type=float, help="TPC-H scale factor")
@@ -85,15 +95,10 @@ def main():
         if args.ssb:
             sql = sql.replace("from date,", 'from "date",').replace(", date,", ', "date",').replace(", date\n", ', "date"\n')
         sqls[name] = sql
-    # Round by round over the queries (Stride's default), or each query's
-    # runs back to back.
-    if args.order == "repeated":
-        plan = [(n, i >= args.warmup) for n in names for i in range(args.warmup + args.runs)]
-    else:
-        plan = [(n, r >= args.warmup) for r in range(args.warmup + args.runs) for n in names]
     times = {n: [] for n in names}
     rows = {}
-    for name, measured in plan:
+    for i, measured in isolation_schedule(len(names), args.warmup, args.runs, args.order):
+        name = names[i]
         t = time.perf_counter()
         rows[name] = len(con.execute(sqls[name]).fetchall())
         if measured:

@@ -42,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from duckdb_isolated import schema_name, stride_binary
+from duckdb_isolated import isolation_schedule, schema_name, stride_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 TPCH_KEYS = {
@@ -260,15 +260,6 @@ class Mix:
         return [{"name": n, "schema": s, "weight": w, "queries": [q for q, _ in qs]} for n, s, w, qs in self.classes]
 
 
-def isolation_schedule(queries, runs, order):
-    """(query index, measured) pairs: one warm-up run and `runs` measured runs
-    per query, round by round over the queries ("interleaved", as `stride
-    bench` does by default) or each query's runs back to back ("repeated")."""
-    if order == "repeated":
-        return [(q, i > 0) for q in range(queries) for i in range(runs + 1)]
-    return [(q, r > 0) for r in range(runs + 1) for q in range(queries)]
-
-
 def isolated(system, mix, runs, timeout_s, order="interleaved"):
     out, dropped = {}, []
     for name, schema, _, queries in mix.classes:
@@ -276,7 +267,7 @@ def isolated(system, mix, runs, timeout_s, order="interleaved"):
         times = [[] for _ in queries]
         rows = [0] * len(queries)
         failed = {}
-        for i, measured in isolation_schedule(len(queries), runs, order):
+        for i, measured in isolation_schedule(len(queries), 1, runs, order):
             if i in failed:
                 continue
             q, sql = queries[i]

@@ -58,31 +58,16 @@ pub struct Plan {
     pub print: bool,
 }
 
-/// The order of one schema's runs: (query index, measured) pairs.
+/// The order of one schema's runs: (query index, measured) pairs, each
+/// query's warm-up runs before its measured ones.
 fn schedule(queries: usize, plan: &Plan) -> Vec<(usize, bool)> {
-    let rounds = |n: usize, measured: bool| -> Vec<(usize, bool)> {
-        match plan.order {
-            Order::Interleaved => (0..n)
-                .flat_map(|_| (0..queries).map(move |q| (q, measured)))
-                .collect(),
-            Order::Repeated => (0..queries)
-                .flat_map(|q| (0..n).map(move |_| (q, measured)))
-                .collect(),
-        }
-    };
+    let (warmup, runs) = (plan.warmup, plan.warmup + plan.runs);
     match plan.order {
-        Order::Interleaved => {
-            let mut all = rounds(plan.warmup, false);
-            all.extend(rounds(plan.runs, true));
-            all
-        }
-        // Warm-up runs directly before each query's measured ones.
+        Order::Interleaved => (0..runs)
+            .flat_map(|r| (0..queries).map(move |q| (q, r >= warmup)))
+            .collect(),
         Order::Repeated => (0..queries)
-            .flat_map(|q| {
-                (0..plan.warmup)
-                    .map(move |_| (q, false))
-                    .chain((0..plan.runs).map(move |_| (q, true)))
-            })
+            .flat_map(|q| (0..runs).map(move |r| (q, r >= warmup)))
             .collect(),
     }
 }
