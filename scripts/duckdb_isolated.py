@@ -4,14 +4,18 @@ generates, for a side-by-side comparison with `stride bench isolated`.
 
 Stride exports its generated tables to Parquet; DuckDB loads them into memory
 tables (so neither engine reads files while timing) and runs each query
-`--warmup` times unmeasured and `--runs` times measured. The output has the
-same shape as `stride bench isolated`.
+`--warmup` times unmeasured and `--runs` times measured. As `stride bench
+isolated` does, each run is another instance of the query with drawn
+substitution parameters (the texts come from `stride bench instances
+--stream isolated`, so run k is the instance Stride runs as its k-th), unless
+--fixed-params. The output has the same shape as `stride bench isolated`.
 
     pip install -r scripts/requirements.txt
     python3 scripts/duckdb_isolated.py --tpch 1 --threads 2
 """
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -62,6 +66,9 @@ def main():
                     help="runs round by round over the queries, or back to back per query")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--stride", help="path of the stride binary (default: build it)")
+    ap.add_argument("--params-seed", type=int, default=1,
+                    help="seed of the substitution parameters (stride bench isolated --params-seed)")
+    ap.add_argument("--fixed-params", action="store_true", help="the validation parameters in every run")
     args = ap.parse_args()
     if (args.tpch is None) == (args.ssb is None):
         sys.exit("name exactly one of --tpch SF or --ssb SF")
@@ -78,29 +85,27 @@ def main():
         for parquet in sorted((Path(tmp) / schema).glob("*.parquet")):
             con.execute(f'CREATE TABLE "{parquet.stem}" AS SELECT * FROM read_parquet(\'{parquet}\')')
 
-    if args.tpch:
-        qdir = ROOT / "queries" / "tpch"
-        names = [f"q{i}" for i in range(1, 23)]
-    else:
-        qdir = ROOT / "queries" / "ssb"
-        names = sorted(p.stem for p in qdir.glob("*.sql"))
+    # The instances Stride's isolated runs use: run k of a query is instance k.
+    cmd = [stride, *flag, "bench", "instances", "--classes", "tpch" if args.tpch else "ssb",
+           "--stream", "isolated", "--count", str(args.warmup + args.runs), "--arrival-seed", str(args.params_seed)]
+    if args.fixed_params:
+        cmd.append("--fixed-params")
+    doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    names = doc["classes"][0]["queries"]
+    texts = doc["schemas"][schema]
     print(f"duckdb {duckdb.__version__} isolated latency: {args.threads} threads, "
-          f"{args.warmup} warm-up + {args.runs} measured runs per query, {args.order}\n\nschema {schema}")
+          f"{args.warmup} warm-up + {args.runs} measured runs per query, {args.order}, "
+          f"{doc['params']} parameters\n\nschema {schema}")
     print(f"{'query':<6} {'median_ms':>10} {'min_ms':>10} {'max_ms':>10} {'rows':>8}")
-    sqls = {}
-    for name in names:
-        sql = (qdir / f"{name}.sql").read_text()
-        if name == "q11" and args.tpch:
-            sql = sql.replace("0.0010000000", f"{0.0001 / args.tpch:.10f}")
-        if args.ssb:
-            sql = sql.replace("from date,", 'from "date",').replace(", date,", ', "date",').replace(", date\n", ', "date"\n')
-        sqls[name] = sql
     times = {n: [] for n in names}
     rows = {}
+    made = {n: 0 for n in names}
     for i, measured in isolation_schedule(len(names), args.warmup, args.runs, args.order):
         name = names[i]
+        sql = texts[name][made[name]]
+        made[name] += 1
         t = time.perf_counter()
-        rows[name] = len(con.execute(sqls[name]).fetchall())
+        rows[name] = len(con.execute(sql).fetchall())
         if measured:
             times[name].append(time.perf_counter() - t)
     total, logs = 0.0, []

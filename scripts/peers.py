@@ -24,6 +24,15 @@ What it does, per system:
   4. Spin (closed loop, seed 000 §4.1): C clients resubmitting, completions
      per second over the stable window.
 
+Query instances: each submission has its substitution parameters drawn as
+Stride's benchmarks draw them, unless --fixed-params. The texts come from
+`stride bench instances` (one generator, in Stride): the k-th isolated run,
+Poisson arrival or spin submission of a query is the same instance Stride
+submits as its k-th with the same --arrival-seed (spin cycles through the
+first --spin-instances instances of each query). Isolated medians are over
+the instances of the isolated runs, and slowdowns are against the median of
+the query number.
+
 The arrival process has the same distribution and seed as Stride's but comes
 from Python's generator, so the exact sequence differs from Stride's.
 A query that fails or exceeds --timeout in the isolated runs is left out of
@@ -31,6 +40,7 @@ that system's mix (and listed in the output).
 """
 
 import argparse
+import json
 import math
 import os
 import random
@@ -58,14 +68,37 @@ TPCH_KEYS = {
 TPCH_INDEXES = ["create index on lineitem (l_partkey, l_suppkey)", "create index on orders (o_custkey)"]
 
 
-def tpch_queries(sf):
-    out = []
-    for i in range(1, 23):
-        sql = (ROOT / "queries" / "tpch" / f"q{i}.sql").read_text()
-        if i == 11:
-            sql = sql.replace("0.0010000000", f"{0.0001 / sf:.10f}")
-        out.append((f"q{i}", sql))
-    return out
+class Instances:
+    """Query texts as Stride's benchmarks submit them, from `stride bench
+    instances`: per instance stream ("isolated", "arrivals", "spin"), schema
+    and query, the texts of occurrences 0, 1, 2, …"""
+
+    def __init__(self, stride, sfs, seed, fixed):
+        self.stride, self.sfs, self.seed, self.fixed = stride, sfs, seed, fixed
+        self.streams = {}  # stream -> {schema: {query: [sql, ...]}}
+        self.order = {}  # schema -> query names in Stride's order
+
+    def fetch(self, stream, count):
+        """Makes sure `stream` has at least `count` instances per query."""
+        have = self.streams.get(stream)
+        if have and min(len(t) for qs in have.values() for t in qs.values()) >= count:
+            return
+        cmd = [self.stride, "--tpch", ",".join(str(sf) for sf in self.sfs), "bench", "instances",
+               "--stream", stream, "--count", str(max(count, 1)), "--arrival-seed", str(self.seed)]
+        if self.fixed:
+            cmd.append("--fixed-params")
+        doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        self.streams[stream] = doc["schemas"]
+        self.order = {c["schema"]: c["queries"] for c in doc["classes"]}
+
+    def sql(self, stream, schema, query, k):
+        """The k-th occurrence's text (cycling when fewer were fetched)."""
+        texts = self.streams[stream][schema][query]
+        return texts[k % len(texts)]
+
+    def queries(self, schema):
+        """The query names of a schema, in Stride's order (after a fetch)."""
+        return list(self.order[schema])
 
 
 def export_data(args, sfs):
@@ -238,7 +271,7 @@ def pg_type(duck_type):
 
 class Mix:
     def __init__(self, classes):
-        # classes: [(name, schema, weight, [(query, sql)])]
+        # classes: [(name, schema, weight, [query name])]; texts from Instances
         self.classes = classes
 
     def draw(self, rng):
@@ -254,23 +287,26 @@ class Mix:
 
     def mean_isolated_ms(self, iso):
         total = sum(c[2] for c in self.classes)
-        return sum(c[2] / total * statistics.fmean(iso[c[1]][q]["median_ms"] for q, _ in c[3]) for c in self.classes)
+        return sum(c[2] / total * statistics.fmean(iso[c[1]][q]["median_ms"] for q in c[3]) for c in self.classes)
 
     def to_json(self):
-        return [{"name": n, "schema": s, "weight": w, "queries": [q for q, _ in qs]} for n, s, w, qs in self.classes]
+        return [{"name": n, "schema": s, "weight": w, "queries": list(qs)} for n, s, w, qs in self.classes]
 
 
-def isolated(system, mix, runs, timeout_s, order="interleaved"):
+def isolated(system, mix, runs, timeout_s, instances, order="interleaved"):
     out, dropped = {}, []
     for name, schema, _, queries in mix.classes:
         out.setdefault(schema, {})
         times = [[] for _ in queries]
         rows = [0] * len(queries)
+        made = [0] * len(queries)  # runs so far: the next run's instance
         failed = {}
         for i, measured in isolation_schedule(len(queries), 1, runs, order):
             if i in failed:
                 continue
-            q, sql = queries[i]
+            q = queries[i]
+            sql = instances.sql("isolated", schema, q, made[i])
+            made[i] += 1
             t = time.perf_counter()
             try:
                 rows[i] = system.run(schema, sql)
@@ -282,7 +318,7 @@ def isolated(system, mix, runs, timeout_s, order="interleaved"):
                 failed[i] = f"slower than --timeout ({ms:.0f} ms)"
             elif measured:
                 times[i].append(ms)
-        for i, (q, _) in enumerate(queries):
+        for i, q in enumerate(queries):
             if i in failed:
                 dropped.append(f"{schema}.{q}: {failed[i]}")
                 print(f"  {system.name} {schema}.{q}: left out ({failed[i]})", file=sys.stderr)
@@ -319,22 +355,28 @@ def summarize(samples, seconds):
     return {"classes": classes}
 
 
-def poisson(system, mix, iso, load, duration, warmup, seed):
+def poisson(system, mix, iso, load, duration, warmup, seed, instances):
     mean_ms = mix.mean_isolated_ms(iso)
     lam = load / (mean_ms / 1e3)
     rng = random.Random(seed)
     schedule, t = [], 0.0
+    seen = {}
     while True:
         t += -math.log(1.0 - rng.random()) / lam
         if t >= duration:
             break
-        schedule.append((t, *mix.draw(rng)))
+        ci, qi = mix.draw(rng)
+        k = seen.get((ci, qi), 0)  # the k-th arrival of this query: instance k
+        seen[(ci, qi)] = k + 1
+        schedule.append((t, ci, qi, k))
+    instances.fetch("arrivals", max(seen.values(), default=1))
     samples, lock, threads = [], threading.Lock(), []
     t0 = time.perf_counter()
 
-    def one(at, ci, qi):
+    def one(at, ci, qi, k):
         name, schema, _, queries = mix.classes[ci]
-        q, sql = queries[qi]
+        q = queries[qi]
+        sql = instances.sql("arrivals", schema, q, k)
         start = time.perf_counter() - t0
         err = None
         try:
@@ -345,11 +387,11 @@ def poisson(system, mix, iso, load, duration, warmup, seed):
         with lock:
             samples.append(sample(q, name, at, start, end, iso[schema][q]["median_ms"], at < warmup, err))
 
-    for at, ci, qi in schedule:
+    for at, ci, qi, k in schedule:
         delay = at - (time.perf_counter() - t0)
         if delay > 0:
             time.sleep(delay)
-        th = threading.Thread(target=one, args=(at, ci, qi), daemon=True)
+        th = threading.Thread(target=one, args=(at, ci, qi, k), daemon=True)
         th.start()
         threads.append(th)
     for th in threads:
@@ -357,16 +399,18 @@ def poisson(system, mix, iso, load, duration, warmup, seed):
     wall = time.perf_counter() - t0
     samples.sort(key=lambda s: s["arrival_s"])
     run = {"kind": "poisson", "system": system.name, "version": system.version, "policy": "", "load": load,
-           "lambda_qps": lam, "mean_isolated_ms": mean_ms, "seed": seed, "duration_s": duration,
+           "lambda_qps": lam, "mean_isolated_ms": mean_ms, "seed": seed,
+           "params": "fixed" if instances.fixed else "drawn", "duration_s": duration,
            "warmup_s": warmup, "measured_s": duration - warmup, "wall_s": wall, "classes": mix.to_json(),
            "samples": samples}
     run["summary"] = summarize(samples, duration - warmup)
     return run
 
 
-def spin(system, mix, iso, clients, duration, seed, window=3):
+def spin(system, mix, iso, clients, duration, seed, instances, window=3):
     warmup = max(0.0, min(duration * 0.2, duration - 1.0))
     samples, lock = [], threading.Lock()
+    submitted = {}  # (class, query) -> submissions so far: the next instance
     t0 = time.perf_counter()
 
     def client(c):
@@ -374,7 +418,11 @@ def spin(system, mix, iso, clients, duration, seed, window=3):
         while time.perf_counter() - t0 < duration:
             ci, qi = mix.draw(rng)
             name, schema, _, queries = mix.classes[ci]
-            q, sql = queries[qi]
+            q = queries[qi]
+            with lock:
+                k = submitted.get((ci, qi), 0)
+                submitted[(ci, qi)] = k + 1
+            sql = instances.sql("spin", schema, q, k)
             start = time.perf_counter() - t0
             err = None
             try:
@@ -403,7 +451,7 @@ def spin(system, mix, iso, clients, duration, seed, window=3):
     sem = math.sqrt(statistics.variance(stable) / len(stable)) if len(stable) > 1 else 0.0
     samples.sort(key=lambda s: s["end_s"])
     run = {"kind": "spin", "system": system.name, "version": system.version, "policy": "", "clients": clients,
-           "seed": seed, "duration_s": duration, "warmup_s": warmup, "classes": mix.to_json(),
+           "seed": seed, "params": "fixed" if instances.fixed else "drawn", "duration_s": duration, "warmup_s": warmup, "classes": mix.to_json(),
            "throughput": {"mean_qps": mean, "sem_qps": sem, "stable_from_s": frm, "stable_to_s": secs,
                           "window_s": window, "per_second": per_second, "moving_average": moving},
            "samples": samples}
@@ -419,7 +467,12 @@ def main():
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per Poisson run")
     ap.add_argument("--warmup-s", type=float, default=2.0)
     ap.add_argument("--short-weight", type=float, default=3.0)
-    ap.add_argument("--arrival-seed", type=int, default=1)
+    ap.add_argument("--arrival-seed", type=int, default=1,
+                    help="seed of the arrivals and of the substitution parameters' draws")
+    ap.add_argument("--fixed-params", action="store_true",
+                    help="every submission with the validation parameters (Stride's --fixed-params)")
+    ap.add_argument("--spin-instances", type=int, default=64,
+                    help="instances per query that spin cycles through")
     ap.add_argument("--isolated-runs", type=int, default=3)
     ap.add_argument("--isolated-order", choices=["interleaved", "repeated"], default="interleaved",
                     help="isolated runs round by round over the queries, or back to back per query")
@@ -452,11 +505,15 @@ def main():
 
     data = export_data(args, sfs)
     schemas = [schema_name("", sf) for sf in sfs]
+    instances = Instances(stride_binary(args.stride), sfs, args.arrival_seed, args.fixed_params)
+    instances.fetch("isolated", args.isolated_runs + 1)
+    if args.spin_duration > 0:
+        instances.fetch("spin", args.spin_instances)
     if len(sfs) == 2:
-        base = [("short", schemas[0], args.short_weight, tpch_queries(sfs[0])),
-                ("long", schemas[1], 1.0, tpch_queries(sfs[1]))]
+        base = [("short", schemas[0], args.short_weight, instances.queries(schemas[0])),
+                ("long", schemas[1], 1.0, instances.queries(schemas[1]))]
     else:
-        base = [("all", schemas[0], 1.0, tpch_queries(sfs[0]))]
+        base = [("all", schemas[0], 1.0, instances.queries(schemas[0]))]
 
     doc = {"kind": "peers", "runs": [], "isolated": {}, "left_out": {}, "versions": {}}
     for name in systems:
@@ -466,15 +523,17 @@ def main():
             doc["versions"][name] = system.version
             print(f"{name}: isolated latencies (1 warm-up + {args.isolated_runs} runs per query)", file=sys.stderr)
             full = Mix(base)
-            iso, dropped = isolated(system, full, args.isolated_runs, args.timeout, args.isolated_order)
-            mix = Mix([(n, s, w, [(q, sql) for q, sql in qs if q in iso[s]]) for n, s, w, qs in base])
+            iso, dropped = isolated(system, full, args.isolated_runs, args.timeout, instances, args.isolated_order)
+            mix = Mix([(n, s, w, [q for q in qs if q in iso[s]]) for n, s, w, qs in base])
             if any(not c[3] for c in mix.classes):
                 sys.exit(f"{name}: a class has no query left")
             doc["isolated"][name] = {"kind": "isolated", "system": name, "runs": args.isolated_runs,
-                                       "order": args.isolated_order, "schemas": iso}
+                                       "order": args.isolated_order, "schemas": iso,
+                                       "params": "fixed" if args.fixed_params else "drawn",
+                                       "params_seed": None if args.fixed_params else args.arrival_seed}
             doc["left_out"][name] = dropped
             for load in loads:
-                run = poisson(system, mix, iso, load, args.duration, args.warmup_s, args.arrival_seed)
+                run = poisson(system, mix, iso, load, args.duration, args.warmup_s, args.arrival_seed, instances)
                 line = "; ".join(f"{c}: n={s['count']} slowdown mean {s['slowdown'].get('mean', float('nan')):.2f} "
                                  f"p95 {s['slowdown'].get('p95', float('nan')):.2f}"
                                  for c, s in run["summary"]["classes"].items())
@@ -482,7 +541,7 @@ def main():
                 print(f"{name:<8} α={load:<5} {line}" + (f" ({failed} failed)" if failed else ""))
                 doc["runs"].append(run)
             if args.spin_duration > 0:
-                run = spin(system, mix, iso, args.clients, args.spin_duration, args.arrival_seed)
+                run = spin(system, mix, iso, args.clients, args.spin_duration, args.arrival_seed, instances)
                 tp = run["throughput"]
                 print(f"{name:<8} spin C={args.clients}: {tp['mean_qps']:.2f} ± {2 * tp['sem_qps']:.2f} completions/s")
                 doc["runs"].append(run)

@@ -29,7 +29,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod source;
 
-pub use error::{ExecError, Result};
+pub use error::{DataErrorKind, ExecError, Result};
 pub use executor::{execute, execute_with, ExecOutput};
 pub use plan::PhysicalPlan;
 pub use stride_sched::{Canceller, QueryStats};

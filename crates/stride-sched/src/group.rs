@@ -82,6 +82,11 @@ pub struct QueryStats {
     /// The priority after the last charged task (as that worker saw it); 0
     /// when no task ran.
     pub final_priority: f64,
+    /// The CPU time of the query's tasks the submitter estimated (the sum
+    /// of [`GroupFacts::estimates`], SRPT's remaining work at submission);
+    /// `None` when it gave none. Set beside `cpu_time`, it measures how
+    /// good the estimates are.
+    pub estimated_cpu: Option<Duration>,
 }
 
 /// Most samples a query's priority trace keeps.
@@ -320,6 +325,11 @@ impl ResourceGroup {
                 n => n,
             },
             morsel_tuples_max: c.morsel_max.load(Ordering::Relaxed),
+            estimated_cpu: self
+                .facts
+                .estimates
+                .as_ref()
+                .map(|e| e.iter().map(|t| t.work).sum()),
             morsel_size_histogram: c
                 .morsel_buckets
                 .iter()

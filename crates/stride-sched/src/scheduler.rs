@@ -24,6 +24,11 @@ use crate::trace::Tracer;
 use crate::tuning::{TuningConfig, TuningReport, TUNING_REPORTS};
 use crate::worker::{self, WorkerCounters, WorkerStats};
 
+/// Stack of a worker thread. Tasks evaluate expressions recursively, as deep
+/// as the deepest expression the SQL layer accepts (`stride_sql::limits`
+/// bounds it); only the pages a task touches are committed.
+pub const WORKER_STACK: usize = 64 << 20;
+
 /// Scheduler settings.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
@@ -35,7 +40,9 @@ pub struct SchedulerConfig {
     pub t_max: Duration,
     /// How tasks size their morsels.
     pub morsels: MorselPolicy,
-    /// Which runnable resource group a worker serves next.
+    /// Which runnable resource group a worker serves next (default SRPT:
+    /// on a saturated mix of short and long queries it kept short queries
+    /// fastest of every policy measured; README, docs/experiments.md).
     pub policy: Policy,
     /// Number of slots: resource groups scheduled at once (seed 001 §2.3:
     /// 128). Further groups wait in admission's queue.
@@ -79,7 +86,7 @@ impl Default for SchedulerConfig {
             pin_workers: true,
             t_max: Duration::from_millis(2),
             morsels: MorselPolicy::Adaptive(AdaptiveMorsels::default()),
-            policy: Policy::default(),
+            policy: Policy::Srpt,
             slots: 128,
             tuning: None,
             trace: None,
@@ -246,6 +253,7 @@ impl Scheduler {
                 let shared = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("stride-worker-{index}"))
+                    .stack_size(WORKER_STACK)
                     .spawn(move || worker::run(shared, index))
                     .expect("failed to spawn a worker thread")
             })

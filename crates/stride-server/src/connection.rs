@@ -4,7 +4,7 @@
 //!  startup packet ──SSLRequest/GSSENCRequest──► 'N', read the next packet
 //!       │ ─────────CancelRequest──────────────► cancel that backend's query, close
 //!       ▼ protocol 3.x
-//!  authentication (trust, or cleartext password) ─► ParameterStatus…,
+//!  authentication (trust, or SCRAM-SHA-256) ─► ParameterStatus…,
 //!       │                                           BackendKeyData, ReadyForQuery
 //!       ▼
 //!  ┌► ready ──Query──────────► run every statement ─► rows/tags/errors ─► ReadyForQuery ─┐
@@ -30,18 +30,18 @@ use arrow::util::display::FormatOptions;
 use datafusion_common::ScalarValue;
 use stride_sql::{Interrupt, Prepared, Session, SqlError, StatementOutput};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-use crate::protocol::{self, Frontend, Out, ProtocolError, Startup, MAX_MESSAGE, MAX_STARTUP};
+use crate::protocol::{
+    self, Frontend, Out, ProtocolError, Startup, MAX_AUTH_MESSAGE, MAX_MESSAGE, MAX_STARTUP,
+};
 use crate::sqlstate;
+use crate::tls::Stream;
 use crate::types::{self, ColumnEncoder};
-use crate::{Auth, Shared};
+use crate::{scram, Auth, Shared};
 
 /// Output is written to the socket whenever this much is buffered.
 const FLUSH_BYTES: usize = 256 << 10;
-/// A client must finish its startup within this time.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a connection ends early.
 enum Close {
@@ -94,10 +94,8 @@ impl Drop for Registration {
 }
 
 pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
-    let (read, write) = stream.into_split();
     let mut conn = Connection {
-        reader: BufReader::with_capacity(64 << 10, read),
-        writer: write,
+        stream: BufReader::with_capacity(64 << 10, Stream::Plain(stream)),
         out: Out::default(),
         shared,
         session: None,
@@ -107,8 +105,8 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
         skip_until_sync: false,
         client_gone: false,
     };
-    let Ok(Ok(Some(registration))) = tokio::time::timeout(STARTUP_TIMEOUT, conn.startup()).await
-    else {
+    let timeout = conn.shared.config.authentication_timeout;
+    let Ok(Ok(Some(registration))) = tokio::time::timeout(timeout, conn.startup()).await else {
         let _ = conn.flush().await;
         return;
     };
@@ -122,8 +120,9 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
 }
 
 struct Connection {
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    /// The client's stream (plain or TLS), buffered for reading; writes pass
+    /// through.
+    stream: BufReader<Stream>,
     out: Out,
     shared: Arc<Shared>,
     /// `None` only while a statement runs on a blocking thread, or after the
@@ -140,9 +139,11 @@ struct Connection {
 impl Connection {
     async fn flush(&mut self) -> Result<(), Close> {
         if !self.out.buf.is_empty() {
-            let r = self.writer.write_all(&self.out.buf).await;
+            let r = self.stream.write_all(&self.out.buf).await;
             self.out.buf.clear();
             r.map_err(|_| Close::Gone)?;
+            // TLS records may wait in rustls until flushed.
+            self.stream.flush().await.map_err(|_| Close::Gone)?;
         }
         Ok(())
     }
@@ -163,7 +164,7 @@ impl Connection {
     /// connection is done (a cancel request, a refused client).
     async fn startup(&mut self) -> Result<Option<Registration>, Close> {
         let params = loop {
-            let len = self.reader.read_i32().await.map_err(|_| Close::Gone)?;
+            let len = self.stream.read_i32().await.map_err(|_| Close::Gone)?;
             if !(8..=MAX_STARTUP as i32).contains(&len) {
                 return Err(self.fatal(
                     sqlstate::PROTOCOL_VIOLATION,
@@ -171,14 +172,20 @@ impl Connection {
                 ));
             }
             let mut body = vec![0u8; len as usize - 4];
-            self.reader
+            self.stream
                 .read_exact(&mut body)
                 .await
                 .map_err(|_| Close::Gone)?;
             match protocol::parse_startup(&body) {
+                Ok(Startup::Ssl)
+                    if self.shared.config.tls.is_some() && !self.stream.get_ref().is_tls() =>
+                {
+                    self.upgrade_to_tls().await?;
+                }
                 Ok(Startup::Ssl) | Ok(Startup::Gss) => {
-                    // No TLS or GSS: the client may go on in plain text.
-                    self.writer.write_all(b"N").await.map_err(|_| Close::Gone)?;
+                    // No TLS here (or already encrypted) and no GSS: the
+                    // client may go on as it is.
+                    self.stream.write_all(b"N").await.map_err(|_| Close::Gone)?;
                 }
                 Ok(Startup::Cancel {
                     process_id,
@@ -187,7 +194,15 @@ impl Connection {
                     self.shared.cancel((process_id, secret_key));
                     return Ok(None);
                 }
-                Ok(Startup::Start { params }) => break params,
+                Ok(Startup::Start { params }) => {
+                    if self.shared.config.require_tls && !self.stream.get_ref().is_tls() {
+                        return Err(self.fatal(
+                            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                            "the server accepts only TLS connections (sslmode=require)",
+                        ));
+                    }
+                    break params;
+                }
                 Err(e) => return Err(self.fatal(sqlstate::PROTOCOL_VIOLATION, &e.to_string())),
             }
         };
@@ -216,25 +231,9 @@ impl Connection {
                 "no PostgreSQL user name specified in startup packet",
             ));
         }
-        if let Auth::Password(expected) = &self.shared.config.auth {
-            let expected = expected.clone();
-            self.out.auth_cleartext();
-            self.flush().await?;
-            let (tag, body) = self.read_message().await?.ok_or(Close::Gone)?;
-            let given = match protocol::parse_frontend(tag, &body) {
-                Ok(Frontend::Password(p)) => p,
-                _ => {
-                    return Err(
-                        self.fatal(sqlstate::PROTOCOL_VIOLATION, "expected a password message")
-                    )
-                }
-            };
-            if given != expected {
-                return Err(self.fatal(
-                    sqlstate::INVALID_PASSWORD,
-                    &format!("password authentication failed for user \"{user}\""),
-                ));
-            }
+        if let Auth::Scram(verifier) = &self.shared.config.auth {
+            let verifier = verifier.clone();
+            self.scram(&verifier, &user).await?;
         }
         let mut session = self.shared.engine.session_for(&user);
         let mut unknown_options = Vec::new();
@@ -291,13 +290,91 @@ impl Connection {
         Ok(Some(registration))
     }
 
+    /// Answers an SSLRequest with `S` and runs the TLS handshake. Bytes the
+    /// client sent after its SSLRequest, before the handshake, are refused
+    /// (they would be taken as if they had come encrypted).
+    async fn upgrade_to_tls(&mut self) -> Result<(), Close> {
+        if !self.stream.buffer().is_empty() {
+            return Err(self.fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                "received unencrypted data after SSL request",
+            ));
+        }
+        let acceptor = self.shared.config.tls.clone().ok_or(Close::Fatal)?;
+        self.stream.write_all(b"S").await.map_err(|_| Close::Gone)?;
+        let plain = std::mem::replace(self.stream.get_mut(), Stream::Upgrading);
+        let Stream::Plain(tcp) = plain else {
+            return Err(Close::Fatal);
+        };
+        let tls = acceptor.accept(tcp).await.map_err(|_| Close::Gone)?;
+        self.stream = BufReader::with_capacity(64 << 10, tls);
+        Ok(())
+    }
+
+    /// The SCRAM-SHA-256 exchange (see [`crate::scram`]); every failure is
+    /// FATAL and closes the connection.
+    async fn scram(&mut self, verifier: &scram::Verifier, user: &str) -> Result<(), Close> {
+        let failed = format!("password authentication failed for user \"{user}\"");
+        self.out.auth_sasl(scram::MECHANISM);
+        self.flush().await?;
+        let initial = self.auth_response().await?;
+        let (mechanism, client_first) = match protocol::parse_sasl_initial(&initial) {
+            Ok(m) => m,
+            Err(e) => return Err(self.fatal(sqlstate::PROTOCOL_VIOLATION, &e.to_string())),
+        };
+        if mechanism != scram::MECHANISM {
+            return Err(self.fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                "client selected an invalid SASL authentication mechanism",
+            ));
+        }
+        let (exchange, server_first) = match scram::Exchange::start(verifier, client_first) {
+            Ok(x) => x,
+            Err(e) => return Err(self.fatal(sqlstate::PROTOCOL_VIOLATION, &e.to_string())),
+        };
+        self.out.auth_sasl_continue(server_first.as_bytes());
+        self.flush().await?;
+        let client_final = self.auth_response().await?;
+        match exchange.finish(verifier, &client_final) {
+            Ok(server_final) => {
+                self.out.auth_sasl_final(server_final.as_bytes());
+                Ok(())
+            }
+            Err(scram::ScramError::Malformed(m)) => Err(self.fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                &format!("malformed SCRAM message: {m}"),
+            )),
+            Err(_) => Err(self.fatal(sqlstate::INVALID_PASSWORD, &failed)),
+        }
+    }
+
+    /// The body of the client's next authentication message ('p').
+    async fn auth_response(&mut self) -> Result<Vec<u8>, Close> {
+        let (tag, body) = self
+            .read_message_within(MAX_AUTH_MESSAGE)
+            .await?
+            .ok_or(Close::Gone)?;
+        if tag != b'p' {
+            return Err(self.fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                &format!("expected SASL response, got message type {:?}", tag as char),
+            ));
+        }
+        Ok(body)
+    }
+
     /// Reads one message; `None` at a clean end of stream.
     async fn read_message(&mut self) -> Result<Option<(u8, Vec<u8>)>, Close> {
-        let tag = match self.reader.read_u8().await {
+        self.read_message_within(MAX_MESSAGE).await
+    }
+
+    /// Reads one message of at most `max` body bytes.
+    async fn read_message_within(&mut self, max: usize) -> Result<Option<(u8, Vec<u8>)>, Close> {
+        let tag = match self.stream.read_u8().await {
             Ok(t) => t,
             Err(_) => return Ok(None),
         };
-        let len = self.reader.read_i32().await.map_err(|_| Close::Gone)?;
+        let len = self.stream.read_i32().await.map_err(|_| Close::Gone)?;
         if len < 4 {
             return Err(self.fatal(
                 sqlstate::PROTOCOL_VIOLATION,
@@ -305,14 +382,14 @@ impl Connection {
             ));
         }
         let body_len = len as usize - 4;
-        if body_len > MAX_MESSAGE {
+        if body_len > max {
             return Err(self.fatal(
                 sqlstate::PROTOCOL_VIOLATION,
-                &ProtocolError::TooLarge(body_len).to_string(),
+                &ProtocolError::TooLarge(body_len, max).to_string(),
             ));
         }
         let mut body = vec![0u8; body_len];
-        self.reader
+        self.stream
             .read_exact(&mut body)
             .await
             .map_err(|_| Close::Gone)?;
@@ -329,6 +406,20 @@ impl Connection {
             };
             let message = match protocol::parse_frontend(tag, &body) {
                 Ok(m) => m,
+                // The framing is intact, only a string is not UTF-8: the
+                // statement fails, the connection stays (as PostgreSQL's).
+                Err(e @ ProtocolError::NotUtf8(_)) => {
+                    let message = e.to_string();
+                    if tag == b'Q' {
+                        self.out
+                            .error("ERROR", sqlstate::CHARACTER_NOT_IN_REPERTOIRE, &message);
+                        self.ready();
+                        self.flush().await?;
+                    } else if !self.skip_until_sync {
+                        self.extended_error(sqlstate::CHARACTER_NOT_IN_REPERTOIRE, &message);
+                    }
+                    continue;
+                }
                 Err(e) => {
                     self.out
                         .error("FATAL", sqlstate::PROTOCOL_VIOLATION, &e.to_string());
@@ -417,13 +508,20 @@ impl Connection {
         f: impl FnOnce(&mut Session) -> R + Send + 'static,
     ) -> Result<R, Close> {
         let mut session = self.session.take().ok_or(Close::Fatal)?;
-        // statement_timeout (milliseconds; 0 = none) cancels like a client would.
+        // statement_timeout (milliseconds; 0 = none) counts from now: time
+        // spent waiting for a blocking thread counts against it.
         let timeout = session
             .settings()
             .get("statement_timeout")
             .and_then(|v| v.parse::<u64>().ok())
             .filter(|&ms| ms > 0)
             .map(Duration::from_millis);
+        let now = std::time::Instant::now();
+        // Cancels from here on stop this request, even before it reaches
+        // its thread.
+        if let Some(i) = &self.interrupt {
+            i.arm(timeout.map(|t| now + t));
+        }
         let deadline = tokio::time::sleep(timeout.unwrap_or(Duration::MAX / 4));
         tokio::pin!(deadline);
         let mut timing = timeout.is_some();
@@ -432,7 +530,7 @@ impl Connection {
             (session, r)
         });
         // Bytes already buffered mean the client is pipelining: it is there.
-        let mut watch = self.reader.buffer().is_empty();
+        let mut watch = self.stream.buffer().is_empty();
         loop {
             tokio::select! {
                 joined = &mut task => {
@@ -450,10 +548,10 @@ impl Connection {
                 () = &mut deadline, if timing => {
                     timing = false;
                     if let Some(i) = &self.interrupt {
-                        i.cancel();
+                        i.time_out();
                     }
                 }
-                gone = client_gone(self.reader.get_mut()), if watch => {
+                gone = client_gone(self.stream.get_ref()), if watch => {
                     watch = false;
                     if gone {
                         self.client_gone = true;
@@ -466,6 +564,29 @@ impl Connection {
         }
     }
 
+    /// Applies a `DEALLOCATE` / `DISCARD ALL` to this connection's prepared
+    /// statements; other outputs pass through.
+    fn deallocate(&mut self, output: StatementOutput) -> Result<StatementOutput, SqlError> {
+        if let StatementOutput::Deallocate { name, tag } = &output {
+            match name {
+                None => {
+                    self.statements.clear();
+                    if tag == "DISCARD ALL" {
+                        self.portals.clear();
+                    }
+                }
+                Some(n) => {
+                    if self.statements.remove(n).is_none() {
+                        return Err(SqlError::UndefinedPreparedStatement(format!(
+                            "prepared statement \"{n}\" does not exist"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(output)
+    }
+
     async fn simple_query(&mut self, sql: String) -> Result<(), Close> {
         let results = self
             .with_session(move |s| s.execute_statements(&sql))
@@ -474,6 +595,7 @@ impl Connection {
             self.out.empty_query();
         }
         for result in results {
+            let result = result.and_then(|output| self.deallocate(output));
             match result {
                 Ok(output) => {
                     let mut rows = rows_of(output);
@@ -647,7 +769,7 @@ impl Connection {
             let outcome = self
                 .with_session(move |s| s.execute_prepared(&prepared, params))
                 .await?;
-            match outcome {
+            match outcome.and_then(|output| self.deallocate(output)) {
                 Ok(output) => portal.result = Some(rows_of(output)),
                 Err(e) => {
                     self.sql_error(&e);
@@ -773,9 +895,12 @@ fn encode_rows(
 
 /// Waits until the client closes its end (`true`) or sends something
 /// (`false`: it is still there; the bytes stay unread).
-async fn client_gone(read: &mut OwnedReadHalf) -> bool {
+async fn client_gone(stream: &Stream) -> bool {
+    let Some(tcp) = stream.tcp() else {
+        return true;
+    };
     let mut byte = [0u8; 1];
-    match read.peek(&mut byte).await {
+    match tcp.peek(&mut byte).await {
         Ok(0) => true,
         Ok(_) => false,
         Err(_) => true,
@@ -814,7 +939,7 @@ fn rows_of(output: StatementOutput) -> Rows {
                 tag: format!("SELECT {n}"),
             }
         }
-        StatementOutput::Command { tag } => Rows {
+        StatementOutput::Command { tag } | StatementOutput::Deallocate { tag, .. } => Rows {
             schema: None,
             batches: Vec::new(),
             sent: 0,

@@ -9,6 +9,8 @@
 //! * [`protocol`] — framing, frontend message parsing, backend messages;
 //! * [`types`] — Arrow ↔ PostgreSQL types, text and binary formats;
 //! * [`sqlstate`] — engine errors as SQLSTATE codes;
+//! * [`scram`] — SCRAM-SHA-256 authentication;
+//! * [`tls`] — TLS through rustls (certificate and key from PEM files);
 //! * [`connection`] — one connection's state machine (startup,
 //!   authentication, simple and extended query protocol, cancellation).
 //!
@@ -19,7 +21,9 @@
 
 pub mod connection;
 pub mod protocol;
+pub mod scram;
 pub mod sqlstate;
+pub mod tls;
 pub mod types;
 
 use std::collections::HashMap;
@@ -38,8 +42,16 @@ pub enum Auth {
     /// loopback unless told otherwise).
     #[default]
     Trust,
-    /// Every user must send this password (cleartext password message).
-    Password(String),
+    /// Every user must prove knowledge of one password by SCRAM-SHA-256;
+    /// the server keeps only its verifier.
+    Scram(scram::Verifier),
+}
+
+impl Auth {
+    /// SCRAM-SHA-256 with `password` (a fresh salt per call).
+    pub fn password(password: &str) -> Auth {
+        Auth::Scram(scram::Verifier::new(password))
+    }
 }
 
 /// Server settings.
@@ -50,6 +62,14 @@ pub struct ServerConfig {
     pub auth: Auth,
     /// Connections beyond this are refused with SQLSTATE 53300.
     pub max_connections: usize,
+    /// A client must complete startup and authentication within this time
+    /// (PostgreSQL's `authentication_timeout`); until then it may send only
+    /// small messages.
+    pub authentication_timeout: std::time::Duration,
+    /// TLS for clients that ask for it (SSLRequest); `None`: plain text only.
+    pub tls: Option<tls::TlsAcceptor>,
+    /// Refuse clients that start up without TLS.
+    pub require_tls: bool,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +78,9 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 5433)),
             auth: Auth::Trust,
             max_connections: 1000,
+            authentication_timeout: std::time::Duration::from_secs(10),
+            tls: None,
+            require_tls: false,
         }
     }
 }
@@ -122,6 +145,19 @@ impl Shared {
     fn lock_keys(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, i32), Arc<Interrupt>>> {
         self.cancel_keys.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The tokio runtime a server runs on: its threads (connection tasks and the
+/// blocking threads that run statements) have stacks of
+/// [`stride_sql::limits::STATEMENT_THREAD_STACK`], so planning a statement
+/// never switches stacks.
+pub fn runtime_builder() -> tokio::runtime::Builder {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder
+        .enable_all()
+        .thread_name("stride-net")
+        .thread_stack_size(stride_sql::limits::STATEMENT_THREAD_STACK);
+    builder
 }
 
 /// A bound server; [`Server::serve`] accepts connections until the future is

@@ -13,6 +13,9 @@ use std::fmt::Write as _;
 pub const MAX_MESSAGE: usize = 64 << 20;
 /// Largest startup packet accepted (PostgreSQL uses 10 000 bytes).
 pub const MAX_STARTUP: usize = 10_000;
+/// Largest message accepted before authentication completes (a password);
+/// an unauthenticated client cannot make the server buffer more.
+pub const MAX_AUTH_MESSAGE: usize = 4096;
 
 pub const PROTOCOL_3_0: i32 = 196_608;
 pub const SSL_REQUEST: i32 = 80_877_103;
@@ -25,8 +28,12 @@ pub const CANCEL_REQUEST: i32 = 80_877_102;
 pub enum ProtocolError {
     #[error("invalid message length {0}")]
     Length(i64),
-    #[error("message too large ({0} bytes, at most {MAX_MESSAGE})")]
-    TooLarge(usize),
+    #[error("message too large ({0} bytes, at most {1})")]
+    TooLarge(usize, usize),
+    /// A string field is not valid UTF-8 (the only encoding Stride speaks);
+    /// the message's framing is intact.
+    #[error("invalid byte sequence for encoding \"UTF8\" in {0} message")]
+    NotUtf8(&'static str),
     #[error("truncated {0} message")]
     Truncated(&'static str),
     #[error("invalid {0} message: {1}")]
@@ -142,7 +149,7 @@ impl<'a> Reader<'a> {
             .position(|&b| b == 0)
             .ok_or(ProtocolError::Truncated(self.what))?;
         let s = std::str::from_utf8(&rest[..nul])
-            .map_err(|_| ProtocolError::Invalid(self.what, "string is not UTF-8".into()))?
+            .map_err(|_| ProtocolError::NotUtf8(self.what))?
             .to_string();
         self.pos += nul + 1;
         Ok(s)
@@ -166,6 +173,22 @@ impl<'a> Reader<'a> {
             ))
         }
     }
+}
+
+/// Parses a SASLInitialResponse body: the mechanism and the client's first
+/// message (a length of -1 means none, which SCRAM does not allow).
+pub fn parse_sasl_initial(body: &[u8]) -> Result<(String, &[u8]), ProtocolError> {
+    let mut r = Reader::new(body, "SASLInitialResponse");
+    let mechanism = r.cstr()?;
+    let len = r.i32()?;
+    if len < 0 || len as usize != r.remaining() {
+        return Err(ProtocolError::Invalid(
+            "SASLInitialResponse",
+            format!("length {len}"),
+        ));
+    }
+    let data = r.bytes(len as usize)?;
+    Ok((mechanism, data))
 }
 
 /// Parses the startup packet body (after its length word).
@@ -345,9 +368,28 @@ impl Out {
         self.end(at);
     }
 
-    pub fn auth_cleartext(&mut self) {
+    /// AuthenticationSASL offering one mechanism.
+    pub fn auth_sasl(&mut self, mechanism: &str) {
         let at = self.begin(b'R');
-        self.i32(3);
+        self.i32(10);
+        self.cstr(mechanism);
+        self.buf.push(0);
+        self.end(at);
+    }
+
+    /// AuthenticationSASLContinue with the server's challenge.
+    pub fn auth_sasl_continue(&mut self, data: &[u8]) {
+        let at = self.begin(b'R');
+        self.i32(11);
+        self.buf.extend_from_slice(data);
+        self.end(at);
+    }
+
+    /// AuthenticationSASLFinal with the server's signature.
+    pub fn auth_sasl_final(&mut self, data: &[u8]) {
+        let at = self.begin(b'R');
+        self.i32(12);
+        self.buf.extend_from_slice(data);
         self.end(at);
     }
 

@@ -23,6 +23,11 @@ pub const CARDINALITY_VIOLATION: &str = "21000";
 pub const DUPLICATE_OBJECT: &str = "42710";
 pub const DATATYPE_MISMATCH: &str = "42804";
 pub const INTERNAL_ERROR: &str = "XX000";
+pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
+pub const STATEMENT_TOO_COMPLEX: &str = "54001";
+pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
+pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+pub const INVALID_AUTHORIZATION_SPECIFICATION: &str = "28000";
 
 /// The SQLSTATE of an engine error.
 pub fn of(e: &SqlError) -> &'static str {
@@ -58,7 +63,16 @@ pub fn of(e: &SqlError) -> &'static str {
                 INVALID_PARAMETER_VALUE
             }
         }
-        SqlError::Cancelled => QUERY_CANCELED,
+        SqlError::Cancelled | SqlError::Timeout => QUERY_CANCELED,
+        SqlError::TooComplex(_) => STATEMENT_TOO_COMPLEX,
+        SqlError::PlanInvalidated(_) => FEATURE_NOT_SUPPORTED,
+        SqlError::NumericOutOfRange(_) => NUMERIC_VALUE_OUT_OF_RANGE,
+        SqlError::InsufficientPrivilege(_) => INSUFFICIENT_PRIVILEGE,
+        SqlError::UndefinedPreparedStatement(_) => INVALID_SQL_STATEMENT_NAME,
+        SqlError::Exec(e) if e.data_error_kind().is_some() => match e.data_error_kind() {
+            Some(stride_exec::DataErrorKind::Overflow) => NUMERIC_VALUE_OUT_OF_RANGE,
+            _ => DIVISION_BY_ZERO,
+        },
         SqlError::Exec(e) => {
             let m = e.to_string().to_ascii_lowercase();
             if m.contains("cancelled") || m.contains("canceled") {
@@ -107,6 +121,8 @@ mod tests {
         );
         assert_eq!(of(&SqlError::Unsupported("x".into())), "0A000");
         assert_eq!(of(&SqlError::Cancelled), "57014");
+        assert_eq!(of(&SqlError::Timeout), "57014");
+        assert_eq!(of(&SqlError::TooComplex("x".into())), "54001");
         assert_eq!(of(&SqlError::Internal("x".into())), "XX000");
     }
 }

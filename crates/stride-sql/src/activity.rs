@@ -175,6 +175,7 @@ fn queries_table(log: &QueryLog) -> Result<Table> {
         f("latency_ms", DataType::Float64),
         f("queue_wait_ms", DataType::Float64),
         f("cpu_ms", DataType::Float64),
+        f("estimated_cpu_ms", DataType::Float64),
         f("finalize_ms", DataType::Float64),
         f("task_sets", DataType::Int64),
         f("tasks", DataType::Int64),
@@ -218,6 +219,12 @@ fn queries_table(log: &QueryLog) -> Result<Table> {
         )),
         Arc::new(Float64Array::from_iter(
             rows.iter().map(|r| done(r).then(|| ms(r.stats.cpu_time))),
+        )),
+        // What the scheduler was told the tasks' CPU time would be (SRPT's
+        // estimate; NULL without one), to set beside cpu_ms.
+        Arc::new(Float64Array::from_iter(
+            rows.iter()
+                .map(|r| r.stats.estimated_cpu.filter(|_| done(r)).map(ms)),
         )),
         Arc::new(Float64Array::from_iter(
             rows.iter()

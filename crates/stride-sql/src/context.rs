@@ -14,9 +14,22 @@ use stride_storage::{Catalog, Table};
 
 /// A table snapshot handed to the planner. Lowering takes the snapshot back
 /// out of the `TableScan`, so a query reads exactly the data it was planned on.
+/// A prepared statement binds its scans to the current snapshots again before
+/// each execution (by `origin`).
 #[derive(Debug)]
 pub struct StrideTableSource {
     pub table: Arc<Table>,
+    /// Where the snapshot came from.
+    pub origin: SourceOrigin,
+}
+
+/// The catalog entry (or system view) a table snapshot was taken from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceOrigin {
+    /// `schema.table` in the catalog.
+    Catalog { schema: String, table: String },
+    /// A view of schema `stride`, built anew per statement.
+    System { view: String },
 }
 
 impl TableSource for StrideTableSource {
@@ -116,14 +129,18 @@ impl ContextProvider for PlannerContext<'_> {
             if let Some(view) = view {
                 return Ok(Arc::new(StrideTableSource {
                     table: Arc::new(view),
+                    origin: SourceOrigin::System { view: table },
                 }));
             }
         }
-        let table = self
+        let snapshot = self
             .catalog
             .table(&schema, &table)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        Ok(Arc::new(StrideTableSource { table }))
+        Ok(Arc::new(StrideTableSource {
+            table: snapshot,
+            origin: SourceOrigin::Catalog { schema, table },
+        }))
     }
 
     fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {

@@ -12,7 +12,7 @@
 //! engine's scheduler; the session's thread waits for it, the workers never do.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use datafusion_common::{DataFusionError, ScalarValue, SchemaReference};
 use datafusion_expr::logical_plan::{DdlStatement, DmlStatement, Statement, WriteOp};
 use datafusion_expr::{Expr, LogicalPlan};
 use datafusion_optimizer::{Analyzer, Optimizer, OptimizerContext};
-use datafusion_sql::parser::{DFParser, Statement as DFStatement};
+use datafusion_sql::parser::Statement as DFStatement;
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use datafusion_sql::sqlparser::ast::Statement as SqlStatement;
 use stride_exec::QueryStats;
@@ -33,7 +33,7 @@ use stride_storage::catalog::DEFAULT_SCHEMA;
 use stride_storage::{Catalog, Table};
 
 use crate::activity::{QueryLog, QueryOrigin};
-use crate::context::{FunctionRegistry, PlannerContext};
+use crate::context::{FunctionRegistry, PlannerContext, SourceOrigin, StrideTableSource};
 use crate::error::{Result, SqlError};
 use crate::lower::Lowerer;
 use crate::settings::SessionSettings;
@@ -42,6 +42,74 @@ use crate::settings::SessionSettings;
 #[derive(Debug, Clone, Default)]
 pub struct EngineConfig {
     pub scheduler: SchedulerConfig,
+}
+
+/// Which server-side files statements may read (`CREATE EXTERNAL TABLE`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FileAccess {
+    /// None: file statements fail with SQLSTATE 42501 (a new engine's
+    /// setting, and the server's unless it is given an import directory).
+    #[default]
+    Denied,
+    /// Regular files under this directory only: relative locations resolve
+    /// in it; `..`, absolute paths elsewhere and symbolic links that lead
+    /// out are refused before the file system is asked anything.
+    Under(std::path::PathBuf),
+    /// Any regular file the process can read (the local command line, whose
+    /// user owns the process anyway).
+    Any,
+}
+
+impl FileAccess {
+    /// The file a statement may read at `location`, or why not.
+    pub fn resolve(&self, location: &str) -> Result<std::path::PathBuf> {
+        use std::path::{Component, Path};
+        let denied = |why: &str| {
+            SqlError::InsufficientPrivilege(format!(
+                "permission denied to read \"{location}\": {why}"
+            ))
+        };
+        let path = Path::new(location);
+        let resolved = match self {
+            FileAccess::Denied => {
+                return Err(denied(
+                    "server-side files can be read only under an import directory \
+                     (stride serve --import-dir DIR)",
+                ))
+            }
+            FileAccess::Any => path.to_path_buf(),
+            FileAccess::Under(dir) => {
+                if path.components().any(|c| matches!(c, Component::ParentDir)) {
+                    return Err(denied("the location may not contain \"..\""));
+                }
+                let relative = if path.is_absolute() {
+                    path.strip_prefix(dir)
+                        .map_err(|_| denied("the file is outside the import directory"))?
+                } else {
+                    path
+                };
+                let root = dir.canonicalize().map_err(|e| {
+                    SqlError::Internal(format!("import directory {}: {e}", dir.display()))
+                })?;
+                let full = root.join(relative).canonicalize().map_err(|_| {
+                    SqlError::Undefined(format!(
+                        "could not open file \"{location}\" in the import directory"
+                    ))
+                })?;
+                if !full.starts_with(&root) {
+                    return Err(denied("the file is outside the import directory"));
+                }
+                full
+            }
+        };
+        match std::fs::metadata(&resolved) {
+            Ok(m) if !m.is_file() => Err(SqlError::Plan(format!(
+                "\"{location}\" is not a regular file"
+            ))),
+            // The reader reports a missing file with its path.
+            _ => Ok(resolved),
+        }
+    }
 }
 
 /// Catalog, scheduler and function registry shared by all sessions.
@@ -57,6 +125,8 @@ pub struct Engine {
     next_session: AtomicU64,
     /// The schema new sessions resolve unqualified names in.
     default_schema: Mutex<String>,
+    /// Which server-side files statements may read.
+    file_access: Mutex<FileAccess>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -89,6 +159,9 @@ impl QueryOutput {
 
 /// What one statement produced.
 #[derive(Debug)]
+// One value per statement, moved a few times: boxing the query's output would
+// cost an allocation per query to save a few hundred bytes of moves.
+#[allow(clippy::large_enum_variant)]
 pub enum StatementOutput {
     Query(QueryOutput),
     /// A command; `tag` is the PostgreSQL-style command tag (`CREATE TABLE`, `INSERT 0 3`).
@@ -97,6 +170,12 @@ pub enum StatementOutput {
     },
     /// EXPLAIN text.
     Explain(String),
+    /// `DEALLOCATE` / `DISCARD ALL`: the caller, which keeps the prepared
+    /// statements, drops the one named (`None`: all of them).
+    Deallocate {
+        name: Option<String>,
+        tag: String,
+    },
 }
 
 impl Engine {
@@ -112,7 +191,21 @@ impl Engine {
             history: Default::default(),
             next_session: AtomicU64::new(1),
             default_schema: Mutex::new(DEFAULT_SCHEMA.to_string()),
+            file_access: Mutex::new(FileAccess::Denied),
         })
+    }
+
+    /// Sets which server-side files statements may read.
+    pub fn set_file_access(&self, access: FileAccess) {
+        *self.file_access.lock().unwrap_or_else(|e| e.into_inner()) = access;
+    }
+
+    /// Which server-side files statements may read.
+    pub fn file_access(&self) -> FileAccess {
+        self.file_access
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Recorded per-pipeline costs (SRPT's estimates).
@@ -226,21 +319,53 @@ struct TransactionState {
     wrote: bool,
 }
 
-/// Cancels a session's running statement from another thread (a client's
-/// CancelRequest, a disconnect).
+/// Cancels a session's request from another thread (a client's
+/// CancelRequest, a disconnect, the server's `statement_timeout` timer).
+///
+/// A *request* is one call of [`Session::execute_statements`],
+/// [`Session::prepare`] or [`Session::execute_prepared`]. A cancel lands
+/// wherever the request is: before it starts (the server [`arm`]s the
+/// interrupt before handing the request to a thread, so a cancel that comes
+/// while the request waits for one is kept, not cleared), between planning
+/// phases (checked after parsing, binding, optimizing, each subquery and
+/// lowering), waiting for admission or running on the scheduler (the
+/// published [`stride_exec::Canceller`]).
+///
+/// [`arm`]: Interrupt::arm
 #[derive(Default)]
 pub struct Interrupt {
-    /// Set by [`Interrupt::cancel`], cleared when the next statement starts.
-    /// SeqCst pairs the store with the load after `running` is published.
-    requested: AtomicBool,
+    /// Why the current request must stop: [`STOP_NONE`], [`STOP_USER`] or
+    /// [`STOP_TIMEOUT`]; the first reason wins. SeqCst pairs the store with
+    /// the load after `running` is published.
+    requested: AtomicU8,
+    /// Set by [`Interrupt::arm`]: the next request starts with whatever
+    /// arrived since, instead of clearing it. SeqCst, like `requested`.
+    armed: AtomicBool,
+    /// The running request's deadline (its `statement_timeout`).
+    deadline: Mutex<Option<Instant>>,
     /// Cancels the query on the scheduler, when one is running.
     running: Mutex<Option<stride_exec::Canceller>>,
 }
 
+const STOP_NONE: u8 = 0;
+const STOP_USER: u8 = 1;
+const STOP_TIMEOUT: u8 = 2;
+
 impl Interrupt {
-    /// Cancels the statement running now (if any).
+    /// Cancels the request running now (or, once armed, the next one).
     pub fn cancel(&self) {
-        self.requested.store(true, Ordering::SeqCst);
+        self.stop(STOP_USER);
+    }
+
+    /// Stops the request because it ran past its `statement_timeout`.
+    pub fn time_out(&self) {
+        self.stop(STOP_TIMEOUT);
+    }
+
+    fn stop(&self, why: u8) {
+        let _ = self
+            .requested
+            .compare_exchange(STOP_NONE, why, Ordering::SeqCst, Ordering::SeqCst);
         if let Some(c) = self
             .running
             .lock()
@@ -251,17 +376,52 @@ impl Interrupt {
         }
     }
 
-    fn check(&self) -> Result<()> {
-        if self.requested.load(Ordering::SeqCst) {
-            Err(SqlError::Cancelled)
-        } else {
-            Ok(())
+    /// Opens the window of the next request from outside the session, before
+    /// the request reaches a thread: clears earlier cancels and sets the
+    /// request's deadline. Cancels from now on stop that request.
+    pub fn arm(&self, deadline: Option<Instant>) {
+        self.requested.store(STOP_NONE, Ordering::SeqCst);
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = deadline;
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// A request starts: unless armed, earlier cancels are forgotten and the
+    /// session's own `statement_timeout` sets the deadline.
+    fn begin(&self, timeout: Option<Duration>) {
+        if !self.armed.swap(false, Ordering::SeqCst) {
+            self.requested.store(STOP_NONE, Ordering::SeqCst);
+            *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) =
+                timeout.map(|t| Instant::now() + t);
         }
+    }
+
+    /// The error of a stopped request.
+    fn stopped(&self) -> SqlError {
+        match self.requested.load(Ordering::SeqCst) {
+            STOP_TIMEOUT => SqlError::Timeout,
+            _ => SqlError::Cancelled,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.requested.load(Ordering::SeqCst) != STOP_NONE {
+            return Err(self.stopped());
+        }
+        let deadline = *self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            self.time_out();
+            return Err(self.stopped());
+        }
+        Ok(())
     }
 }
 
 /// A statement parsed and bound once, to be executed with parameter values
-/// (the extended query protocol's prepared statements).
+/// (the extended query protocol's prepared statements). Each execution binds
+/// the plan's table scans to the tables' current snapshots, so a prepared
+/// statement sees every committed write; a table dropped since fails with
+/// 42P01, a table whose columns changed with
+/// [`SqlError::PlanInvalidated`].
 #[derive(Debug, Clone)]
 pub struct Prepared {
     kind: PreparedKind,
@@ -281,6 +441,11 @@ enum PreparedKind {
     /// BEGIN (`Some(true)`), COMMIT (`Some(false)`) or ROLLBACK (`None`).
     Transaction(Option<bool>),
     Plan(LogicalPlan),
+    /// `DEALLOCATE name` (`Some`) or `DEALLOCATE ALL`.
+    Deallocate(Option<String>),
+    /// `DISCARD ALL`: settings back to their defaults, every prepared
+    /// statement deallocated.
+    DiscardAll,
 }
 
 impl Prepared {
@@ -333,11 +498,28 @@ impl Session {
     /// after the first failing statement no further one runs (its error is
     /// the last element).
     pub fn execute_statements(&mut self, sql: &str) -> Vec<Result<StatementOutput>> {
+        self.begin_request();
+        crate::limits::on_statement_stack(|| self.run_statements(sql))
+    }
+
+    /// The statement timeout of this session, if one is set.
+    fn statement_timeout(&self) -> Option<Duration> {
+        self.settings
+            .get("statement_timeout")
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis)
+    }
+
+    fn begin_request(&self) {
+        self.interrupt.begin(self.statement_timeout());
+    }
+
+    fn run_statements(&mut self, sql: &str) -> Vec<Result<StatementOutput>> {
         let parse_start = Instant::now();
-        let statements = match DFParser::parse_sql(sql) {
+        let statements = match crate::limits::parse(sql) {
             Ok(s) => s,
-            Err(DataFusionError::SQL(p, _)) => return vec![Err(SqlError::Syntax(p.to_string()))],
-            Err(other) => return vec![Err(SqlError::Syntax(other.to_string()))],
+            Err(e) => return vec![Err(e)],
         };
         // Parsing the request counts as planning of its first query; binding
         // (SQL to logical plan) as planning of the statement bound.
@@ -348,10 +530,11 @@ impl Session {
                 // Planning runs on the session's thread; a panic in a planner
                 // library must fail this statement only.
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.interrupt.check()?;
                     let bind_start = Instant::now();
                     let prepared = self.prepare_statement(stmt)?;
                     let binding = bind_start.elapsed();
-                    let mut output = self.execute_prepared(&prepared, Vec::new())?;
+                    let mut output = self.run_prepared(&prepared, Vec::new())?;
                     if let StatementOutput::Query(q) = &mut output {
                         q.planning += binding + parsing.take().unwrap_or_default();
                     }
@@ -404,7 +587,9 @@ impl Session {
     pub fn optimize(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         let options = &self.engine.options;
         let plan = crate::coerce::float_literals(plan)?;
+        let plan = crate::integers::widen_integer_sums(plan)?;
         let analyzed = Analyzer::new().execute_and_check(plan, options, |_, _| {})?;
+        let analyzed = crate::integers::fold_constants(analyzed)?;
         let settings = crate::context::OptimizerSettings {
             context: OptimizerContext::new(),
             functions: &self.engine.functions,
@@ -444,11 +629,12 @@ impl Session {
     /// Parses and binds one statement without running it (the extended
     /// protocol's Parse). `sql` holding more than one statement is an error.
     pub fn prepare(&mut self, sql: &str) -> Result<Prepared> {
-        let mut statements = match DFParser::parse_sql(sql) {
-            Ok(s) => s,
-            Err(DataFusionError::SQL(p, _)) => return Err(SqlError::Syntax(p.to_string())),
-            Err(other) => return Err(SqlError::Syntax(other.to_string())),
-        };
+        self.begin_request();
+        crate::limits::on_statement_stack(|| self.prepare_text(sql))
+    }
+
+    fn prepare_text(&mut self, sql: &str) -> Result<Prepared> {
+        let mut statements = crate::limits::parse(sql)?;
         match statements.len() {
             0 => Ok(Prepared {
                 kind: PreparedKind::Empty,
@@ -507,8 +693,35 @@ impl Session {
                     sql,
                 });
             }
+            let deallocate = match s.as_ref() {
+                SqlStatement::Deallocate { name, .. } => Some(PreparedKind::Deallocate(
+                    (name.quote_style.is_some() || !name.value.eq_ignore_ascii_case("all"))
+                        .then(|| name.value.clone()),
+                )),
+                SqlStatement::Discard { object_type } => match object_type {
+                    datafusion_sql::sqlparser::ast::DiscardObject::ALL => {
+                        Some(PreparedKind::DiscardAll)
+                    }
+                    other => {
+                        return Err(SqlError::Unsupported(format!("DISCARD {other}")));
+                    }
+                },
+                _ => None,
+            };
+            if let Some(kind) = deallocate {
+                return Ok(Prepared {
+                    kind,
+                    param_types: Vec::new(),
+                    schema: None,
+                    sql,
+                });
+            }
         }
-        let plan = self.to_logical(stmt)?;
+        let plan = crate::limits::rebalance_boolean_chains(self.to_logical(stmt)?)?;
+        crate::limits::check_depth(&plan)?;
+        // Before the result columns are described: `sum(int8)` is numeric.
+        let plan = crate::integers::widen_integer_sums(plan)?;
+        self.interrupt.check()?;
         let mut types = plan.get_parameter_types()?;
         let count = types
             .keys()
@@ -546,7 +759,21 @@ impl Session {
         prepared: &Prepared,
         params: Vec<ScalarValue>,
     ) -> Result<StatementOutput> {
-        self.interrupt.requested.store(false, Ordering::SeqCst);
+        self.begin_request();
+        crate::limits::on_statement_stack(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.run_prepared(prepared, params)
+            }))
+            .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))))
+        })
+    }
+
+    fn run_prepared(
+        &mut self,
+        prepared: &Prepared,
+        params: Vec<ScalarValue>,
+    ) -> Result<StatementOutput> {
+        self.interrupt.check()?;
         if params.len() != prepared.param_types.len() {
             return Err(SqlError::Plan(format!(
                 "the statement has {} parameters, {} values were given",
@@ -558,15 +785,81 @@ impl Session {
             PreparedKind::Empty => Ok(command("")),
             PreparedKind::Show(name) => self.show(name),
             PreparedKind::Transaction(op) => self.transaction(*op),
+            PreparedKind::Deallocate(name) => Ok(StatementOutput::Deallocate {
+                name: name.clone(),
+                tag: "DEALLOCATE".into(),
+            }),
+            PreparedKind::DiscardAll => {
+                if self.transaction.open {
+                    return Err(SqlError::Plan(
+                        "DISCARD ALL cannot run inside a transaction block".into(),
+                    ));
+                }
+                self.settings = SessionSettings::default();
+                Ok(StatementOutput::Deallocate {
+                    name: None,
+                    tag: "DISCARD ALL".into(),
+                })
+            }
             PreparedKind::Plan(plan) => {
+                let plan = self.rebind(plan.clone())?;
                 let plan = if params.is_empty() {
-                    plan.clone()
+                    plan
                 } else {
-                    plan.clone().with_param_values(params)?
+                    plan.with_param_values(params)?
                 };
                 self.dispatch(plan, &prepared.sql)
             }
         }
+    }
+
+    /// Binds a prepared plan's table scans (subqueries' included) to the
+    /// current snapshots of the tables they name, and system views to fresh
+    /// ones.
+    fn rebind(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        let engine = &self.engine;
+        let current = |origin: &SourceOrigin| -> Result<Arc<Table>> {
+            match origin {
+                SourceOrigin::Catalog { schema, table } => {
+                    engine.catalog.table(schema, table).map_err(|_| {
+                        SqlError::Undefined(format!("relation \"{schema}.{table}\" does not exist"))
+                    })
+                }
+                SourceOrigin::System { view } => {
+                    crate::activity::system_table(view, &engine.log, &engine.scheduler)?
+                        .map(Arc::new)
+                        .ok_or_else(|| {
+                            SqlError::Undefined(format!(
+                                "relation \"stride.{view}\" does not exist"
+                            ))
+                        })
+                }
+            }
+        };
+        plan.transform_up_with_subqueries(|node| {
+            let LogicalPlan::TableScan(mut scan) = node else {
+                return Ok(Transformed::no(node));
+            };
+            let Some(source) = scan.source.downcast_ref::<StrideTableSource>() else {
+                return Ok(Transformed::no(LogicalPlan::TableScan(scan)));
+            };
+            let now = current(&source.origin).map_err(external)?;
+            if Arc::ptr_eq(&now, &source.table) {
+                return Ok(Transformed::no(LogicalPlan::TableScan(scan)));
+            }
+            if now.schema() != source.table.schema() {
+                return Err(external(SqlError::PlanInvalidated(format!(
+                    "cached plan must not change result type: the columns of \"{}\" changed \
+                     since the statement was prepared",
+                    scan.table_name
+                ))));
+            }
+            let origin = source.origin.clone();
+            scan.source = Arc::new(StrideTableSource { table: now, origin });
+            Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+        })
+        .map(|t| t.data)
+        .map_err(internal_of)
     }
 
     fn dispatch(&mut self, plan: LogicalPlan, sql: &str) -> Result<StatementOutput> {
@@ -595,6 +888,7 @@ impl Session {
             LogicalPlan::DescribeTable(_) => Err(SqlError::Unsupported("DESCRIBE".into())),
             query => self.logged(sql, |s| {
                 let optimized = s.optimize(query)?;
+                s.interrupt.check()?;
                 let planning = start.elapsed();
                 let mut out = s.run_query(&optimized)?;
                 out.planning += planning;
@@ -650,10 +944,7 @@ impl Session {
         let stats = self.statement_stats.borrow_mut().take().unwrap_or_default();
         let outcome = match &result {
             Ok(_) => Ok(&stats),
-            Err(SqlError::Cancelled) => Err((
-                "cancelled",
-                "canceling statement due to user request".to_string(),
-            )),
+            Err(e @ (SqlError::Cancelled | SqlError::Timeout)) => Err(("cancelled", e.to_string())),
             Err(e) => Err(("failed", e.to_string())),
         };
         self.engine.log.finish(id, outcome);
@@ -664,15 +955,16 @@ impl Session {
     pub fn run_query(&self, plan: &LogicalPlan) -> Result<QueryOutput> {
         let start = Instant::now();
         let plan = self.substitute_subqueries(plan.clone())?;
+        self.interrupt.check()?;
         let physical = Lowerer::default().lower(&plan)?;
         let planning = start.elapsed();
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
         let exec_start = Instant::now();
-        let fingerprint = crate::history::fingerprint(&physical);
+        let history_key = self.engine.history.key(&physical, &plan);
         let facts = stride_sched::GroupFacts {
             user_priority: self.settings.user_priority,
             static_priority: self.settings.static_priority,
-            estimates: self.engine.history.estimates(fingerprint),
+            estimates: self.engine.history.estimates(&history_key),
         };
         self.interrupt.check()?;
         let interrupt = &self.interrupt;
@@ -686,7 +978,7 @@ impl Session {
                 *running = canceller;
                 // A cancel that came before `running` was published is seen here.
                 if let Some(c) = running.as_ref() {
-                    if interrupt.requested.load(Ordering::SeqCst) {
+                    if interrupt.requested.load(Ordering::SeqCst) != STOP_NONE {
                         c.cancel();
                     }
                 }
@@ -694,14 +986,17 @@ impl Session {
         )
         .map_err(|e| match e {
             stride_exec::ExecError::Query(stride_sched::QueryError::Cancelled) => {
-                SqlError::Cancelled
+                self.interrupt.stopped()
+            }
+            e if e.data_error_kind() == Some(stride_exec::DataErrorKind::Overflow) => {
+                SqlError::NumericOutOfRange(format!("integer out of range ({e})"))
             }
             other => SqlError::Exec(other),
         })?;
         let workers = self.engine.scheduler.config().workers;
         self.engine
             .history
-            .record(fingerprint, &output.stats, workers);
+            .record(&history_key, &output.stats, workers);
         {
             let mut acc = self.statement_stats.borrow_mut();
             match acc.as_mut() {
@@ -714,6 +1009,10 @@ impl Session {
                     a.tuples += output.stats.tuples;
                     a.task_sets += output.stats.task_sets;
                     a.latency += output.stats.latency;
+                    a.estimated_cpu = a
+                        .estimated_cpu
+                        .zip(output.stats.estimated_cpu)
+                        .map(|(x, y)| x + y);
                     let o = &output.stats;
                     a.task_set_cpu.extend_from_slice(&o.task_set_cpu);
                     a.task_set_morsels.extend_from_slice(&o.task_set_morsels);
@@ -834,8 +1133,7 @@ impl Session {
 
     /// Plans one SQL query (parse, bind, optimize, lower) without running it.
     pub fn plan_query(&self, sql: &str) -> Result<stride_exec::PhysicalPlan> {
-        let mut statements =
-            DFParser::parse_sql(sql).map_err(|e| SqlError::Syntax(e.to_string()))?;
+        let mut statements = crate::limits::parse(sql)?;
         if statements.len() != 1 {
             return Err(SqlError::Plan(format!(
                 "expected one statement, got {}",
@@ -932,7 +1230,8 @@ impl Session {
                 let location = c.locations.first().cloned().ok_or_else(|| {
                     SqlError::Plan("CREATE EXTERNAL TABLE needs a LOCATION".into())
                 })?;
-                let path = std::path::Path::new(&location);
+                let path = self.engine.file_access().resolve(&location)?;
+                let path = path.as_path();
                 let (file_schema, batches) = match c.file_type.to_uppercase().as_str() {
                     "PARQUET" => stride_storage::files::read_parquet(path)?,
                     "CSV" => {

@@ -26,6 +26,25 @@ pub enum SqlError {
     /// The statement was cancelled (a client's cancel request or disconnect).
     #[error("canceling statement due to user request")]
     Cancelled,
+    /// No prepared statement of that name (SQLSTATE 26000).
+    #[error("{0}")]
+    UndefinedPreparedStatement(String),
+    /// The session may not do this (SQLSTATE 42501).
+    #[error("{0}")]
+    InsufficientPrivilege(String),
+    /// An integer result out of its type's range (SQLSTATE 22003).
+    #[error("{0}")]
+    NumericOutOfRange(String),
+    /// The statement ran past its `statement_timeout`.
+    #[error("canceling statement due to statement timeout")]
+    Timeout,
+    /// The statement is beyond what a stack may hold (SQLSTATE 54001).
+    #[error("statement too complex: {0}")]
+    TooComplex(String),
+    /// A prepared statement's tables changed shape since it was prepared
+    /// (PostgreSQL: "cached plan must not change result type").
+    #[error("{0}")]
+    PlanInvalidated(String),
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -14,6 +14,8 @@
 //! * [`engine`] — engine and sessions: statements, prepared statements with
 //!   parameters, DDL/DML, EXPLAIN, transactions blocks, cancellation;
 //! * [`settings`] — `SET`/`SHOW`: Stride's settings and PostgreSQL's;
+//! * [`limits`] — stack-safe planning: statement stacks, token and depth bounds;
+//! * [`integers`] — exact integer semantics: checked arithmetic, wide sums;
 //! * [`history`] — recorded per-pipeline costs, SRPT's work estimates;
 //! * [`activity`] — the query log and the system views `stride.queries`,
 //!   `stride.workers`.
@@ -24,11 +26,13 @@ pub mod context;
 pub mod engine;
 pub mod error;
 pub mod history;
+pub mod integers;
 pub mod join_order;
+pub mod limits;
 pub mod lower;
 pub mod settings;
 
 pub use engine::{
-    Engine, EngineConfig, Interrupt, Prepared, QueryOutput, Session, StatementOutput,
+    Engine, EngineConfig, FileAccess, Interrupt, Prepared, QueryOutput, Session, StatementOutput,
 };
 pub use error::SqlError;

@@ -53,13 +53,11 @@ fn arrow_schema(schema: &DFSchema) -> SchemaRef {
 }
 
 impl Lowerer {
+    /// Compiles an expression, integer arithmetic checked (see
+    /// [`crate::integers`]).
     fn expr(&self, e: &Expr, schema: &DFSchema) -> Result<ExprRef> {
-        Ok(create_physical_expr(
-            e,
-            schema,
-            &self.props,
-            &self.planning,
-        )?)
+        let physical = create_physical_expr(e, schema, &self.props, &self.planning)?;
+        crate::integers::checked_arithmetic(physical, schema.as_arrow())
     }
 
     pub fn lower(&self, plan: &LogicalPlan) -> Result<PhysicalPlan> {

@@ -130,9 +130,8 @@ impl SessionSettings {
                         .to_ascii_uppercase()
                         .contains("ISO")
                         .then(|| "ISO, MDY".to_string()),
-                    "extra_float_digits" | "statement_timeout" => {
-                        value.parse::<i64>().ok().map(|_| value.to_string())
-                    }
+                    "extra_float_digits" => value.parse::<i64>().ok().map(|_| value.to_string()),
+                    "statement_timeout" => duration_ms(value).map(|ms| ms.to_string()),
                     _ => Some(value.to_string()),
                 };
                 match accepted {
@@ -176,6 +175,29 @@ impl SessionSettings {
     }
 }
 
+/// A PostgreSQL time setting in milliseconds: a number with an optional
+/// unit (`us`, `ms` — the default —, `s`, `min`, `h`, `d`), rounded to whole
+/// milliseconds as PostgreSQL does; negative values are refused.
+pub fn duration_ms(value: &str) -> Option<u64> {
+    let v = value.trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let factor = match unit.trim() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    let ms = (number * factor).round();
+    (ms.is_finite() && (0.0..=i32::MAX as f64).contains(&ms)).then_some(ms as u64)
+}
+
 /// Parses a policy name for `SET stride.policy`.
 pub fn parse_policy(value: &str) -> Result<Policy> {
     Policy::parse(value).ok_or_else(|| {
@@ -211,5 +233,23 @@ mod tests {
         assert!(s.set("server_version", "9.0").is_err());
         assert!(s.set("no_such_thing", "1").is_err());
         assert!(s.set("stride.workers", "4").is_err());
+    }
+
+    #[test]
+    fn statement_timeout_takes_units() {
+        let mut s = SessionSettings::default();
+        for (given, ms) in [
+            ("60s", "60000"),
+            ("500", "500"),
+            ("1min", "60000"),
+            ("250ms", "250"),
+            ("0", "0"),
+        ] {
+            s.set("statement_timeout", given).unwrap();
+            assert_eq!(s.get("statement_timeout").unwrap(), ms, "{given}");
+        }
+        for bad in ["-1", "10 parsecs", "abc", ""] {
+            assert!(s.set("statement_timeout", bad).is_err(), "{bad}");
+        }
     }
 }

@@ -116,10 +116,10 @@ pub fn generate(scale: f64, seed: u64, threads: usize) -> Result<Vec<Table>> {
 // ---------------------------------------------------------------------------
 
 /// TPC-H's regions, by region key.
-const REGIONS: [&str; 5] = ["AFRICA", "AMERICA", "ASIA", "EUROPE", "MIDDLE EAST"];
+pub const REGIONS: [&str; 5] = ["AFRICA", "AMERICA", "ASIA", "EUROPE", "MIDDLE EAST"];
 
 /// TPC-H's nations with their region keys, by nation key.
-const NATIONS: [(&str, usize); 25] = [
+pub const NATIONS: [(&str, usize); 25] = [
     ("ALGERIA", 0),
     ("ARGENTINA", 1),
     ("BRAZIL", 1),
@@ -151,7 +151,7 @@ const NATIONS: [(&str, usize); 25] = [
 const NATIONS_PER_REGION: usize = 5;
 const CITIES_PER_NATION: usize = 10;
 
-const SEGMENTS: [&str; 5] = [
+pub const SEGMENTS: [&str; 5] = [
     "AUTOMOBILE",
     "BUILDING",
     "FURNITURE",
@@ -161,10 +161,10 @@ const SEGMENTS: [&str; 5] = [
 
 const PRIORITIES: [&str; 5] = ["1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW"];
 
-const SHIP_MODES: [&str; 7] = ["REG AIR", "AIR", "RAIL", "SHIP", "TRUCK", "MAIL", "FOB"];
+pub const SHIP_MODES: [&str; 7] = ["REG AIR", "AIR", "RAIL", "SHIP", "TRUCK", "MAIL", "FOB"];
 
 /// TPC-H's 92 colours (part names and `p_color`).
-const COLORS: [&str; 92] = [
+pub const COLORS: [&str; 92] = [
     "almond",
     "antique",
     "aquamarine",
@@ -260,13 +260,13 @@ const COLORS: [&str; 92] = [
 ];
 
 /// The three syllables of TPC-H's part types.
-const TYPE_SIZES: [&str; 6] = ["STANDARD", "SMALL", "MEDIUM", "LARGE", "ECONOMY", "PROMO"];
-const TYPE_FINISHES: [&str; 5] = ["ANODIZED", "BURNISHED", "PLATED", "POLISHED", "BRUSHED"];
-const TYPE_METALS: [&str; 5] = ["TIN", "NICKEL", "BRASS", "STEEL", "COPPER"];
+pub const TYPE_SIZES: [&str; 6] = ["STANDARD", "SMALL", "MEDIUM", "LARGE", "ECONOMY", "PROMO"];
+pub const TYPE_FINISHES: [&str; 5] = ["ANODIZED", "BURNISHED", "PLATED", "POLISHED", "BRUSHED"];
+pub const TYPE_METALS: [&str; 5] = ["TIN", "NICKEL", "BRASS", "STEEL", "COPPER"];
 
 /// The two syllables of TPC-H's containers.
-const CONTAINER_SIZES: [&str; 5] = ["SM", "LG", "MED", "JUMBO", "WRAP"];
-const CONTAINER_KINDS: [&str; 8] = ["CASE", "BOX", "BAG", "JAR", "PKG", "PACK", "CAN", "DRUM"];
+pub const CONTAINER_SIZES: [&str; 5] = ["SM", "LG", "MED", "JUMBO", "WRAP"];
+pub const CONTAINER_KINDS: [&str; 8] = ["CASE", "BOX", "BAG", "JAR", "PKG", "PACK", "CAN", "DRUM"];
 
 /// Manufacturers, categories per manufacturer and brands per category.
 const MFGRS: usize = 5;

@@ -6,6 +6,10 @@
 //! `spin` (closed loop), `stats` (samples and summaries), `progress`,
 //! `sweep` (policies × loads), `report` and `plot` (report.md and SVG
 //! figures), `trace` (Perfetto timelines), `mixed`, `sched_overhead`.
+//!
+//! Every benchmark submits query *instances* with drawn substitution
+//! parameters unless `--fixed-params` is given (see `mix`); `bench
+//! instances` prints them for other drivers.
 
 mod driver;
 mod isolated;
@@ -29,12 +33,12 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::Value;
-use stride::workload::{self, Query};
+use stride::workload::{Query, Workload};
 use stride_sched::Tracer;
 
 use crate::GlobalArgs;
 use driver::{Target, TargetArgs};
-use mix::{Isolated, Mix, MixArgs};
+use mix::{Isolated, Mix, MixArgs, Params};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -57,6 +61,10 @@ pub enum BenchCommand {
     /// The cost of one scheduling decision (median and p99 ns) with 1 and 2
     /// workers and 1, 16 and 128 active resource groups.
     SchedOverhead(sched_overhead::SchedOverheadArgs),
+    /// The query instances (SQL text) a benchmark submits, as JSON: the
+    /// first --count instances of each query in one instance stream (for
+    /// drivers outside this binary, e.g. scripts/peers.py).
+    Instances(InstancesArgs),
 }
 
 #[derive(Args, Debug)]
@@ -74,6 +82,10 @@ pub struct IsolatedArgs {
     /// Only these queries (e.g. q1,q6).
     #[arg(long, value_delimiter = ',')]
     queries: Vec<String>,
+    /// Seed of the substitution parameters' draws (the same seed as
+    /// `--arrival-seed` of poisson, spin and sweep draws the same instances).
+    #[arg(long, default_value_t = 1)]
+    params_seed: u64,
     #[command(flatten)]
     target: TargetArgs,
     /// Write the latencies as JSON (input of `--isolated` of poisson, spin, sweep).
@@ -146,6 +158,30 @@ pub struct SpinArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct InstancesArgs {
+    /// Query classes: tpch (short = smallest --tpch SF, long = largest) or ssb.
+    #[arg(long, value_enum, default_value = "tpch")]
+    classes: mix::Benchmark,
+    /// Only these queries (e.g. q1,q6).
+    #[arg(long, value_delimiter = ',')]
+    queries: Vec<String>,
+    /// Seed of the draws (a benchmark's --arrival-seed).
+    #[arg(long = "arrival-seed", default_value_t = 1)]
+    seed: u64,
+    /// The instance stream: isolated runs (warm-up runs included), Poisson
+    /// arrivals, spin submissions, or bench mixed's short and long queries.
+    #[arg(long, default_value = mix::ARRIVALS,
+        value_parser = [mix::ISOLATED, mix::ARRIVALS, mix::SPIN, mix::MIXED_SHORT, mix::MIXED_LONG])]
+    stream: String,
+    /// Instances per query: occurrences 0 … COUNT-1 of each query.
+    #[arg(long, default_value_t = 10)]
+    count: u64,
+    /// Write the JSON here instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
 pub struct ReportArgs {
     /// A sweep's results.json.
     #[arg(long, value_name = "FILE")]
@@ -180,6 +216,7 @@ pub fn run(cmd: &BenchCommand, global: &GlobalArgs) -> Result<()> {
         }
         BenchCommand::Mixed(args) => mixed::mixed(args, global),
         BenchCommand::SchedOverhead(args) => sched_overhead::run(args),
+        BenchCommand::Instances(args) => instances_cmd(args, global),
     }
 }
 
@@ -210,6 +247,14 @@ fn target(
 fn isolated_for(target: &Target, mix: &Mix, args: &MixArgs) -> Result<Isolated> {
     if let Some(path) = &args.isolated {
         let iso = Isolated::read(path)?;
+        if let Some(p) = iso.params.filter(|p| p.name() != mix.params.name()) {
+            eprintln!(
+                "warning: {} holds isolated latencies of {} parameters, this run submits {} ones",
+                path.display(),
+                p.name(),
+                mix.params.name()
+            );
+        }
         for c in &mix.classes {
             for q in &c.queries {
                 iso.median_ms(&c.schema, &q.name)
@@ -232,10 +277,12 @@ fn isolated_for(target: &Target, mix: &Mix, args: &MixArgs) -> Result<Isolated> 
         .map(|c| isolated::Suite {
             schema: &c.schema,
             queries: &c.queries,
+            workload: c.workload,
         })
         .collect();
     let t0 = Instant::now();
     let plan = isolated::Plan {
+        params: mix.params,
         warmup: 1,
         runs: args.isolated_runs,
         order: args.isolated_order,
@@ -279,39 +326,46 @@ fn isolated_cmd(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
             .filter(|q| args.queries.is_empty() || args.queries.contains(&q.name))
             .collect())
     };
-    let mut suites: Vec<(String, Vec<Query>)> = Vec::new();
+    let mut suites: Vec<(String, Vec<Query>, Workload)> = Vec::new();
     for &sf in &global.tpch {
+        let workload = Workload::Tpch { scale: sf };
         suites.push((
             stride_storage::scale_factor_schema("", sf),
-            filter(workload::tpch(sf))?,
+            filter(workload.queries())?,
+            workload,
         ));
     }
     for &sf in &global.ssb {
         suites.push((
             stride_storage::scale_factor_schema("ssb_", sf),
-            filter(workload::ssb())?,
+            filter(Workload::Ssb.queries())?,
+            Workload::Ssb,
         ));
     }
+    let params = Params::new(global.fixed_params, args.params_seed);
     println!(
-        "isolated latency ({}): {} workers, {} warm-up + {} measured runs per query, {}",
+        "isolated latency ({}): {} workers, {} warm-up + {} measured runs per query, {}, {} parameters",
         target.system(),
         target
             .workers()
             .map_or_else(|| "?".to_string(), |w| w.to_string()),
         args.warmup,
         args.runs,
-        args.order.name()
+        args.order.name(),
+        params.name()
     );
     let borrowed: Vec<isolated::Suite> = suites
         .iter()
-        .map(|(s, q)| isolated::Suite {
+        .map(|(s, q, w)| isolated::Suite {
             schema: s,
             queries: q,
+            workload: *w,
         })
         .collect();
     let mut samples = Vec::new();
     let t0 = Instant::now();
     let plan = isolated::Plan {
+        params,
         warmup: args.warmup,
         runs: args.runs,
         order: args.order,
@@ -352,8 +406,10 @@ fn poisson_cmd(args: &PoissonArgs, global: &GlobalArgs) -> Result<()> {
     };
     let run = poisson::run(&target, &mix, &iso, &cfg, &policy)?;
     println!(
-        "\npoisson ({}, policy {policy}): α = {}, λ = {:.2} queries/s (mean isolated {:.1} ms), {} arrivals in {} s, {} s warm-up excluded",
+        "\npoisson ({}, policy {policy}, {} parameters{}): α = {}, λ = {:.2} queries/s (mean isolated {:.1} ms), {} arrivals in {} s, {} s warm-up excluded",
         target.system(),
+        mix.params.name(),
+        estimates_note(&target),
         args.load,
         run.json["lambda_qps"].as_f64().unwrap_or(f64::NAN),
         run.json["mean_isolated_ms"].as_f64().unwrap_or(f64::NAN),
@@ -363,6 +419,7 @@ fn poisson_cmd(args: &PoissonArgs, global: &GlobalArgs) -> Result<()> {
     );
     let summary = stats::summarize_run(&stats::points(&run.json), args.duration - args.warmup_s);
     summary.print(&mut std::io::stdout(), args.per_query)?;
+    stats::print_estimation_errors(&mut std::io::stdout(), &stats::estimation_errors(&run.json))?;
     if let Some(engine) = target.engine() {
         for w in engine.scheduler().worker_stats() {
             println!(
@@ -385,6 +442,53 @@ fn poisson_cmd(args: &PoissonArgs, global: &GlobalArgs) -> Result<()> {
         trace::write(path, &tracer.take(), *origin, run.t0, &run.samples)?;
     }
     Ok(())
+}
+
+/// ", estimates MODE" for the in-process engine (the remaining-work
+/// estimates SRPT and IF-SRPT get); empty over the wire.
+fn estimates_note(target: &Target) -> String {
+    target.engine().map_or_else(String::new, |e| {
+        format!(", estimates {}", e.history().mode().name())
+    })
+}
+
+fn instances_cmd(args: &InstancesArgs, global: &GlobalArgs) -> Result<()> {
+    let mix_args = MixArgs {
+        classes: args.classes,
+        short_weight: 3.0,
+        queries: args.queries.clone(),
+        seed: args.seed,
+        isolated: None,
+        isolated_runs: 1,
+        isolated_order: isolated::Order::default(),
+    };
+    let mix = Mix::new(global, &mix_args)?;
+    let mut schemas = serde_json::Map::new();
+    for (c, class) in mix.classes.iter().enumerate() {
+        let mut queries = serde_json::Map::new();
+        for (q, query) in class.queries.iter().enumerate() {
+            let texts: Vec<Value> = (0..args.count)
+                .map(|k| mix.sql(c, q, &args.stream, k).into())
+                .collect();
+            queries.insert(query.name.clone(), Value::Array(texts));
+        }
+        schemas.insert(class.schema.clone(), Value::Object(queries));
+    }
+    let mut doc = serde_json::json!({
+        "kind": "instances",
+        "stream": args.stream,
+        "count": args.count,
+        "classes": mix.to_json(),
+        "schemas": Value::Object(schemas),
+    });
+    mix.params.annotate(&mut doc);
+    match &args.json {
+        Some(path) => write_json(path, &doc),
+        None => {
+            println!("{}", serde_json::to_string(&doc)?);
+            Ok(())
+        }
+    }
 }
 
 fn spin_cmd(args: &SpinArgs, global: &GlobalArgs) -> Result<()> {

@@ -7,7 +7,7 @@ mod shell;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -51,8 +51,9 @@ struct GlobalArgs {
     #[arg(long, global = true)]
     morsel_rows: Option<usize>,
     /// Scheduling policy: fifo, fair, stride (decaying priorities), lottery,
-    /// srpt, if-srpt or threshold (default fifo). With `bench … --pg`, sent
-    /// to the server as `SET stride.policy` only when given.
+    /// srpt, if-srpt or threshold (default srpt, the best measured: see
+    /// README). With `bench … --pg`, sent to the server as `SET
+    /// stride.policy` only when given.
     #[arg(long, global = true)]
     policy: Option<String>,
     /// Do not pin workers to cores.
@@ -79,10 +80,63 @@ struct GlobalArgs {
     #[arg(long, global = true, value_name = "US")]
     handover_morsel_us: Option<u64>,
     /// Self-tuning of the decaying priorities (seed 001 §4, stride policy):
-    /// `TRACK,REFRESH` in seconds (e.g. 20,60, the seed's values); off when
-    /// absent. Runs are listed in the system view `stride.tuning`.
-    #[arg(long, global = true, value_delimiter = ',', num_args = 2, value_names = ["TRACK", "REFRESH"])]
-    self_tuning: Option<Vec<f64>>,
+    /// `TRACK,REFRESH` in seconds (e.g. 20,60, the seed's values; `20 60`
+    /// works too); off when absent. Runs are listed in the system view
+    /// `stride.tuning`.
+    #[arg(long, global = true, value_name = "TRACK,REFRESH", value_parser = parse_self_tuning)]
+    self_tuning: Option<(f64, f64)>,
+    /// Benchmarks submit every query with the specification's validation
+    /// parameters instead of parameters drawn per submission.
+    #[arg(long, global = true)]
+    fixed_params: bool,
+    /// SRPT's remaining-work estimates: off, plan (recorded per plan text,
+    /// literals included), shape (per plan shape, literals masked) or
+    /// instance (per shape, scaled by the query's estimated rows, with a
+    /// cold start for new shapes; the default).
+    #[arg(long, global = true, value_name = "MODE")]
+    estimates: Option<String>,
+}
+
+/// Parses `--self-tuning TRACK,REFRESH` (seconds).
+fn parse_self_tuning(value: &str) -> std::result::Result<(f64, f64), String> {
+    let parts: Vec<&str> = value.split(',').map(str::trim).collect();
+    match parts.as_slice() {
+        [track, refresh] => {
+            let num = |s: &str| {
+                s.parse::<f64>()
+                    .map_err(|_| format!("\"{s}\" is not a number of seconds"))
+            };
+            Ok((num(track)?, num(refresh)?))
+        }
+        _ => Err(format!(
+            "expected TRACK,REFRESH in seconds, got \"{value}\""
+        )),
+    }
+}
+
+/// The command line with `--self-tuning TRACK REFRESH` (two words, the
+/// older form) joined into `--self-tuning TRACK,REFRESH`.
+fn join_self_tuning_words(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let is_number = |a: &std::ffi::OsString| a.to_str().is_some_and(|s| s.parse::<f64>().is_ok());
+    let mut out = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        if args[i] == "--self-tuning"
+            && i + 2 < args.len()
+            && is_number(&args[i + 1])
+            && is_number(&args[i + 2])
+        {
+            let mut joined = args[i + 1].clone();
+            joined.push(",");
+            joined.push(&args[i + 2]);
+            out.extend([args[i].clone(), joined]);
+            i += 3;
+        } else {
+            out.push(args[i].clone());
+            i += 1;
+        }
+    }
+    out
 }
 
 #[derive(Subcommand, Debug)]
@@ -114,12 +168,32 @@ struct ServeArgs {
     /// Port to listen on.
     #[arg(long, default_value_t = 5433)]
     port: u16,
-    /// Require this password from every client (default: trust any user).
-    #[arg(long, env = "STRIDE_PASSWORD")]
-    password: Option<String>,
+    /// Require the password in this file (its first line) from every client,
+    /// by SCRAM-SHA-256. The environment variable STRIDE_PASSWORD may give it
+    /// instead; a password is never taken from the command line, where `ps`
+    /// shows it. Without either, any user is trusted.
+    #[arg(long)]
+    password_file: Option<PathBuf>,
     /// Refuse connections beyond this many.
     #[arg(long, default_value_t = 1000)]
     max_connections: usize,
+    /// Clients may read server-side files (CREATE EXTERNAL TABLE) under this
+    /// directory only; without it, not at all.
+    #[arg(long)]
+    import_dir: Option<PathBuf>,
+    /// TLS certificate chain (PEM); with --tls-key, clients may connect with
+    /// sslmode=require.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Refuse clients that do not use TLS.
+    #[arg(long, requires = "tls_cert")]
+    require_tls: bool,
+    /// Seconds a client has to complete startup and authentication.
+    #[arg(long, default_value_t = 10.0)]
+    authentication_timeout: f64,
 }
 
 /// Builds the engine and generates the requested data.
@@ -175,8 +249,7 @@ fn start_traced(
             a.morsels_per_task = n;
         }
     }
-    if let Some(t) = &global.self_tuning {
-        let (track, refresh) = (t[0], t[1]);
+    if let Some((track, refresh)) = global.self_tuning {
         if !(track > 0.0 && refresh >= track && refresh.is_finite()) {
             bail!("--self-tuning TRACK,REFRESH needs 0 < TRACK <= REFRESH (seconds), got {track},{refresh}");
         }
@@ -185,11 +258,24 @@ fn start_traced(
             refresh: std::time::Duration::from_secs_f64(refresh),
         });
     }
-    let policy = global.policy.as_deref().unwrap_or("fifo");
+    let policy = global.policy.as_deref().unwrap_or("srpt");
     scheduler.policy = stride_sched::Policy::parse(policy).with_context(|| {
         format!("unknown policy \"{policy}\" (expected fifo, fair, stride, lottery, srpt, if-srpt or threshold)")
     })?;
+    let estimates = match &global.estimates {
+        Some(m) => Some(
+            stride_sql::history::EstimateMode::parse(m).with_context(|| {
+                format!("--estimates {m}: expected off, plan, shape or instance")
+            })?,
+        ),
+        None => None,
+    };
     let engine = Engine::new(EngineConfig { scheduler });
+    if let Some(mode) = estimates {
+        engine.history().set_mode(mode);
+    }
+    // The command line's user owns the process; `serve` narrows this.
+    engine.set_file_access(stride_sql::FileAccess::Any);
     let mut session = engine.session();
     for &sf in &global.tpch {
         let t = Instant::now();
@@ -225,7 +311,7 @@ fn start_traced(
 
 fn main() -> Result<()> {
     allocator::configure();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(join_self_tuning_words(std::env::args_os().collect()));
     match &cli.command {
         Command::Sql { sql } => {
             let (_engine, mut session) = start(&cli.global)?;
@@ -254,17 +340,30 @@ fn serve(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         .with_context(|| format!("--host {}: not an IP address", args.host))?;
     let started = Instant::now();
     let (engine, _) = start(global)?;
+    engine.set_file_access(match &args.import_dir {
+        Some(dir) => stride_sql::FileAccess::Under(
+            dir.canonicalize()
+                .with_context(|| format!("--import-dir {}", dir.display()))?,
+        ),
+        None => stride_sql::FileAccess::Denied,
+    });
     let config = stride_server::ServerConfig {
         listen: std::net::SocketAddr::new(ip, args.port),
-        auth: match &args.password {
-            Some(p) => stride_server::Auth::Password(p.clone()),
+        auth: match server_password(args)? {
+            Some(p) => stride_server::Auth::password(&p),
             None => stride_server::Auth::Trust,
         },
         max_connections: args.max_connections,
+        authentication_timeout: Duration::from_secs_f64(args.authentication_timeout),
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => {
+                Some(stride_server::tls::TlsAcceptor::from_pem_files(cert, key)?)
+            }
+            _ => None,
+        },
+        require_tls: args.require_tls,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("stride-net")
+    let runtime = stride_server::runtime_builder()
         .build()
         .context("starting the network runtime")?;
     runtime.block_on(async move {
@@ -282,6 +381,25 @@ fn serve(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
     })
 }
 
+/// The server's password: from `--password-file`, else `STRIDE_PASSWORD`.
+fn server_password(args: &ServeArgs) -> Result<Option<String>> {
+    if let Some(path) = &args.password_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--password-file {}", path.display()))?;
+        let password = text.lines().next().unwrap_or_default().to_string();
+        if password.is_empty() {
+            bail!(
+                "--password-file {}: the first line is empty",
+                path.display()
+            );
+        }
+        return Ok(Some(password));
+    }
+    Ok(std::env::var("STRIDE_PASSWORD")
+        .ok()
+        .filter(|p| !p.is_empty()))
+}
+
 fn export(engine: &Engine, dir: &std::path::Path) -> Result<()> {
     let catalog = engine.catalog();
     for schema in catalog.schema_names() {
@@ -296,4 +414,50 @@ fn export(engine: &Engine, dir: &std::path::Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use super::*;
+
+    fn parse(line: &str) -> std::result::Result<Cli, clap::Error> {
+        let args = line
+            .split_whitespace()
+            .map(std::ffi::OsString::from)
+            .collect();
+        Cli::try_parse_from(join_self_tuning_words(args))
+    }
+
+    #[test]
+    fn self_tuning_takes_both_forms() {
+        for line in [
+            "stride --self-tuning 20,60 serve",
+            "stride --self-tuning 20 60 serve",
+            "stride serve --self-tuning 20,60",
+            "stride serve --self-tuning 20 60",
+            "stride --self-tuning=20,60 sql x",
+        ] {
+            let cli = parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert_eq!(cli.global.self_tuning, Some((20.0, 60.0)), "{line}");
+        }
+        for bad in [
+            "stride --self-tuning 20 serve",
+            "stride --self-tuning 20,x serve",
+            "stride --self-tuning 1,2,3 serve",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        // A number after the pair is left alone.
+        let cli = parse("stride --self-tuning 20 60 sql 5").unwrap();
+        assert!(matches!(cli.command, Command::Sql { ref sql } if sql == "5"));
+    }
+
+    #[test]
+    fn defaults_and_flags() {
+        let cli = parse("stride --fixed-params --estimates shape sql x").unwrap();
+        assert!(cli.global.fixed_params);
+        assert_eq!(cli.global.estimates.as_deref(), Some("shape"));
+        let cli = parse("stride sql x").unwrap();
+        assert!(!cli.global.fixed_params && cli.global.policy.is_none());
+    }
 }

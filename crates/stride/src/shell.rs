@@ -31,6 +31,7 @@ pub fn print_output(out: &StatementOutput, w: &mut dyn Write) -> Result<()> {
         }
         StatementOutput::Command { tag } => writeln!(w, "{tag}")?,
         StatementOutput::Explain(text) => writeln!(w, "{text}")?,
+        StatementOutput::Deallocate { tag, .. } => writeln!(w, "{tag}")?,
     }
     Ok(())
 }

@@ -20,17 +20,34 @@ fn a_query_that_ran_before_has_per_pipeline_estimates() {
     let mut session = engine.session();
     session.set_default_schema("sf0_01").unwrap();
     let sql = "select o_orderpriority, count(*) from orders join lineitem on o_orderkey = l_orderkey group by 1";
+    // Keyed by the plan text, recorded costs as they are.
+    engine
+        .history()
+        .set_mode(stride_sql::history::EstimateMode::Plan);
     let plan = session.plan_query(sql).unwrap();
-    let key = stride_sql::history::fingerprint(&plan);
-    assert!(engine.history().estimates(key).is_none());
+    let key = stride_sql::history::PlanKey::exact(&plan);
+    assert!(engine.history().estimates(&key).is_none());
     let out = session.query(sql).unwrap();
-    let estimates = engine.history().estimates(key).expect("recorded");
+    assert_eq!(out.stats.estimated_cpu, None, "nothing recorded yet");
+    let estimates = engine.history().estimates(&key).expect("recorded");
     assert_eq!(estimates.len(), out.stats.task_sets);
     assert_eq!(out.stats.task_set_cpu.len(), out.stats.task_sets);
     let total: Duration = estimates.iter().map(|e| e.work).sum();
     assert_eq!(total, out.stats.cpu_time);
     // The lineitem scan had many morsels: every worker could take part.
     assert!(estimates.iter().any(|e| e.elastic), "{estimates:?}");
+    // The next run is told what the first one cost, and stride.queries
+    // shows it beside the CPU time.
+    let again = session.query(sql).unwrap();
+    assert_eq!(again.stats.estimated_cpu, Some(out.stats.cpu_time));
+    let view = session
+        .query(
+            "select estimated_cpu_ms, cpu_ms from stride.queries \
+             where query like '%o_orderpriority%' and state = 'done' and estimated_cpu_ms is not null",
+        )
+        .unwrap();
+    let estimated: f64 = cell(&view, 0).parse().unwrap();
+    assert!((estimated - out.stats.cpu_time.as_secs_f64() * 1e3).abs() < 1e-6);
 }
 
 #[test]

@@ -5,17 +5,19 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use stride_sched::SchedulerConfig;
-use stride_sql::{Engine, EngineConfig, SqlError};
+use stride_sql::{Engine, EngineConfig, FileAccess, SqlError};
 
 fn engine() -> Arc<Engine> {
-    Engine::new(EngineConfig {
+    let engine = Engine::new(EngineConfig {
         scheduler: SchedulerConfig {
             workers: 2,
             pin_workers: false,
             morsels: stride_sched::MorselPolicy::Fixed(7),
             ..Default::default()
         },
-    })
+    });
+    engine.set_file_access(FileAccess::Any);
+    engine
 }
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
@@ -66,7 +68,10 @@ fn parquet_round_trip_through_create_external_table() {
     assert_eq!(single_i64(&mut session, "SELECT count(*) FROM t"), 1000);
     assert_eq!(single_i64(&mut session, "SELECT count(name) FROM t"), 666);
     assert_eq!(
-        single_i64(&mut session, "SELECT sum(id) FROM t WHERE name IS NULL"),
+        single_i64(
+            &mut session,
+            "SELECT CAST(sum(id) AS BIGINT) FROM t WHERE name IS NULL"
+        ),
         (0..1000).filter(|i| i % 3 == 0).sum::<i64>()
     );
     std::fs::remove_dir_all(&dir).ok();
@@ -85,7 +90,10 @@ fn csv_with_header_is_loaded_and_typed() {
             path.display()
         ))
         .unwrap();
-    assert_eq!(single_i64(&mut session, "SELECT sum(a) FROM c"), 6);
+    assert_eq!(
+        single_i64(&mut session, "SELECT CAST(sum(a) AS BIGINT) FROM c"),
+        6
+    );
     assert_eq!(
         single_i64(&mut session, "SELECT count(*) FROM c WHERE b = 'y'"),
         1
@@ -129,4 +137,55 @@ fn missing_and_corrupt_files_give_clear_errors() {
         2
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn file_access_is_confined() {
+    let dir = temp_dir("confined");
+    let inside = dir.join("t.csv");
+    std::fs::write(&inside, "a,b\n1,x\n2,y\n").unwrap();
+    let engine = engine();
+    let mut session = engine.session();
+    let create = |loc: &str| {
+        format!("create external table t stored as csv location '{loc}' options ('format.has_header' 'true')")
+    };
+    // A new engine reads no server files at all.
+    engine.set_file_access(FileAccess::Denied);
+    let err = session
+        .execute(&create(inside.to_str().unwrap()))
+        .unwrap_err();
+    assert!(matches!(err, SqlError::InsufficientPrivilege(_)), "{err}");
+    // Under an import directory: relative and absolute paths inside it.
+    engine.set_file_access(FileAccess::Under(dir.canonicalize().unwrap()));
+    session.execute(&create("t.csv")).unwrap();
+    assert_eq!(single_i64(&mut session, "select count(*) from t"), 2);
+    session.execute("drop table t").unwrap();
+    session
+        .execute(&create(inside.canonicalize().unwrap().to_str().unwrap()))
+        .unwrap();
+    session.execute("drop table t").unwrap();
+    // Outside it: refused without telling whether the file exists.
+    for outside in [
+        "/etc/shadow",
+        "/etc/no-such-file",
+        "../../etc/passwd",
+        "/dev/zero",
+    ] {
+        let err = session.execute(&create(outside)).unwrap_err();
+        assert!(
+            matches!(err, SqlError::InsufficientPrivilege(_)),
+            "{outside}: {err}"
+        );
+    }
+    // A symbolic link inside that leads out is refused too.
+    let link = dir.join("escape.csv");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    let err = session.execute(&create("escape.csv")).unwrap_err();
+    assert!(matches!(err, SqlError::InsufficientPrivilege(_)), "{err}");
+    // Only regular files, even where any file may be read.
+    engine.set_file_access(FileAccess::Any);
+    let err = session.execute(&create("/dev/zero")).unwrap_err();
+    assert!(matches!(err, SqlError::Plan(_)), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -35,9 +35,8 @@ fn server() -> &'static Fixture {
         engine.set_default_schema("sf0_1").unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
+            let runtime = stride_server::runtime_builder()
                 .worker_threads(2)
-                .enable_all()
                 .build()
                 .unwrap();
             runtime.block_on(async move {
@@ -430,54 +429,7 @@ fn statement_timeout_cancels_a_long_query() {
 
 // ---- raw protocol ---------------------------------------------------------
 
-fn startup_packet(user: &str) -> Vec<u8> {
-    let mut body = 196_608i32.to_be_bytes().to_vec();
-    for (k, v) in [("user", user), ("database", "stride")] {
-        body.extend_from_slice(k.as_bytes());
-        body.push(0);
-        body.extend_from_slice(v.as_bytes());
-        body.push(0);
-    }
-    body.push(0);
-    let mut packet = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    packet.extend_from_slice(&body);
-    packet
-}
-
-fn message(tag: u8, body: &[u8]) -> Vec<u8> {
-    let mut m = vec![tag];
-    m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
-    m.extend_from_slice(body);
-    m
-}
-
-fn query_message(sql: &str) -> Vec<u8> {
-    let mut body = sql.as_bytes().to_vec();
-    body.push(0);
-    message(b'Q', &body)
-}
-
-/// Reads backend messages until `until` is seen (or the stream ends);
-/// returns the (tag, body) pairs.
-fn read_until(stream: &mut TcpStream, until: u8) -> Vec<(u8, Vec<u8>)> {
-    let mut out = Vec::new();
-    loop {
-        let mut header = [0u8; 5];
-        if stream.read_exact(&mut header).is_err() {
-            return out;
-        }
-        let len = i32::from_be_bytes(header[1..5].try_into().unwrap()) as usize;
-        let mut body = vec![0u8; len - 4];
-        if stream.read_exact(&mut body).is_err() {
-            return out;
-        }
-        let tag = header[0];
-        out.push((tag, body));
-        if tag == until {
-            return out;
-        }
-    }
-}
+use common::wire::{message, query_message, read_until, sqlstate_of, startup_packet};
 
 fn raw_connect() -> TcpStream {
     let mut s = TcpStream::connect(server().addr).unwrap();
@@ -491,16 +443,6 @@ fn raw_connect() -> TcpStream {
     );
     assert!(msgs.iter().any(|m| m.0 == b'K'), "backend key data");
     s
-}
-
-fn sqlstate_of(body: &[u8]) -> String {
-    let mut fields = body.split(|&b| b == 0);
-    fields
-        .find_map(|f| {
-            f.strip_prefix(b"C")
-                .map(|c| String::from_utf8_lossy(c).into_owned())
-        })
-        .unwrap_or_default()
 }
 
 /// The server answers a fresh client (it survived whatever came before).

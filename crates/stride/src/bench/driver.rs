@@ -37,7 +37,7 @@ pub enum Conn {
 /// The system under test.
 pub enum Target {
     Engine(Arc<Engine>),
-    Pg(PgTarget),
+    Pg(Box<PgTarget>),
 }
 
 pub struct PgTarget {
@@ -109,7 +109,7 @@ impl Target {
                 _ => None,
             })
             .unwrap_or_default();
-        Ok(Target::Pg(target))
+        Ok(Target::Pg(Box::new(target)))
     }
 
     /// A short name of the system: "stride", "postgres" or what the server says.
@@ -275,6 +275,11 @@ pub struct RunInfo {
     /// (in-process only; uncorrelated subqueries run during planning are
     /// groups of their own and not listed).
     pub groups: Vec<u64>,
+    /// The CPU time of those queries' tasks the scheduler was given as
+    /// their estimate (in-process only; `None` when a query had none).
+    pub estimated_cpu_ms: Option<f64>,
+    /// The CPU time those queries' tasks took (in-process only).
+    pub task_cpu_ms: Option<f64>,
 }
 
 impl Conn {
@@ -284,6 +289,8 @@ impl Conn {
         match (self, target) {
             (Conn::Session(session), _) => {
                 let mut info = RunInfo::default();
+                let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                let mut estimated = Some(0.0);
                 for out in session.execute(sql)? {
                     if let stride_sql::StatementOutput::Query(q) = out {
                         info.rows += q.num_rows();
@@ -291,8 +298,11 @@ impl Conn {
                         info.phases
                             .get_or_insert_with(Phases::default)
                             .add(&Phases::of(&q));
+                        *info.task_cpu_ms.get_or_insert(0.0) += ms(q.stats.cpu_time);
+                        estimated = estimated.zip(q.stats.estimated_cpu).map(|(e, d)| e + ms(d));
                     }
                 }
+                info.estimated_cpu_ms = estimated.filter(|_| info.task_cpu_ms.is_some());
                 Ok(info)
             }
             (Conn::Pg(client), Target::Pg(pg)) => {
@@ -304,6 +314,8 @@ impl Conn {
                         .count(),
                     phases: None,
                     groups: Vec::new(),
+                    estimated_cpu_ms: None,
+                    task_cpu_ms: None,
                 })
             }
             (Conn::Pg(_), Target::Engine(_)) => {

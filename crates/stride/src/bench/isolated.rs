@@ -1,6 +1,9 @@
 //! Isolated latency: each query alone on the engine, `warmup` unmeasured
 //! runs then `runs` measured ones on one connection per schema; the median
-//! is the query's base latency.
+//! is the query's base latency. With drawn parameters every run is another
+//! instance of the query (stream [`ISOLATED`]), so the median is over
+//! instances: the base latency of the query number, against which every
+//! instance's slowdown is measured.
 //!
 //! The order of the runs is a choice ([`Order`]). Repeating one query back to
 //! back measures it with its own data and hash tables still in the caches,
@@ -15,15 +18,17 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use super::driver::Target;
-use super::mix::{IsoStat, Isolated};
+use super::mix::{IsoStat, Isolated, Params, ISOLATED};
 use super::phases::Phases;
 use super::stats::Sample;
-use stride::workload::Query;
+use stride::workload::{Query, Workload};
 
 /// One schema's queries.
 pub struct Suite<'a> {
     pub schema: &'a str,
     pub queries: &'a [Query],
+    /// What draws the queries' instances.
+    pub workload: Workload,
 }
 
 /// In which order a schema's isolated runs are made.
@@ -49,6 +54,8 @@ impl Order {
 /// How isolated latencies are measured.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
+    /// Substitution parameters: fixed, or drawn per run.
+    pub params: Params,
     /// Unmeasured runs per query (made in the same order as measured ones).
     pub warmup: usize,
     /// Measured runs per query.
@@ -90,6 +97,7 @@ pub fn measure(
         system: target.system(),
         runs: plan.runs,
         order: plan.order.name().into(),
+        params: Some(plan.params),
     };
     let print = plan.print;
     for suite in suites {
@@ -104,11 +112,17 @@ pub fn measure(
         // Per query: (latency, phases) of each measured run, and its rows.
         let mut times: Vec<Vec<(f64, Option<Phases>)>> = vec![Vec::new(); suite.queries.len()];
         let mut rows = vec![0; suite.queries.len()];
+        // Runs made of each query so far: the instance number of the next.
+        let mut made = vec![0u64; suite.queries.len()];
         for (i, measured) in schedule(suite.queries.len(), plan) {
             let q = &suite.queries[i];
+            let sql = plan
+                .params
+                .sql(suite.workload, suite.schema, q, ISOLATED, made[i]);
+            made[i] += 1;
             let start = t0.elapsed().as_secs_f64();
             let t = Instant::now();
-            let info = conn.run(target, &q.sql).with_context(|| {
+            let info = conn.run(target, &sql).with_context(|| {
                 let what = if measured { "" } else { " (warm-up)" };
                 format!("{}.{}{what}", suite.schema, q.name)
             })?;
@@ -131,6 +145,8 @@ pub fn measure(
                 phases: info.phases,
                 isolated_phases: None,
                 groups: info.groups,
+                estimated_cpu_ms: info.estimated_cpu_ms,
+                task_cpu_ms: info.task_cpu_ms,
             });
         }
         let (mut sum, mut log_sum) = (0.0, 0.0);
@@ -183,6 +199,7 @@ mod tests {
 
     fn plan(warmup: usize, runs: usize, order: Order) -> Plan {
         Plan {
+            params: Params::Fixed,
             warmup,
             runs,
             order,

@@ -1,15 +1,23 @@
 //! Query classes and the workload mix: TPC-H at two scale factors drawn
 //! short:long = 3:1 (seed 001 §5.1), or SSB (seed 000 §4.1), and the isolated
 //! latencies that loads and slowdowns are measured against.
+//!
+//! Each submitted query is an *instance* with its substitution parameters
+//! drawn as the benchmark's query generator draws them ([`Params::Drawn`],
+//! the default; `--fixed-params` keeps the validation parameters). An
+//! instance comes from a named stream ([`ISOLATED`], [`ARRIVALS`], [`SPIN`],
+//! …): the `k`-th occurrence of a query in a stream is the same instance in
+//! every run with the same seed, whatever the policy, the load or the driver
+//! ([`Mix::sql`], `stride bench instances`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use stride::workload::{self, Query};
+use stride::workload::{self, Query, Workload};
 
 use super::isolated::Order;
 use super::phases::Phases;
@@ -52,18 +60,92 @@ pub struct MixArgs {
     pub isolated_order: Order,
 }
 
+/// The instance stream of isolated runs (warm-up runs included).
+pub const ISOLATED: &str = "isolated";
+/// The instance stream of Poisson arrivals.
+pub const ARRIVALS: &str = "arrivals";
+/// The instance stream of closed-loop (spin) submissions.
+pub const SPIN: &str = "spin";
+/// The instance streams of `bench mixed`'s short and long queries.
+pub const MIXED_SHORT: &str = "mixed-short";
+pub const MIXED_LONG: &str = "mixed-long";
+
+/// How submitted queries get their substitution parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Params {
+    /// The validation parameters of `queries/` (`--fixed-params`): every
+    /// submission of a query is the same text.
+    Fixed,
+    /// Drawn per submission from streams seeded by `seed` (the arrival seed).
+    Drawn { seed: u64 },
+}
+
+impl Params {
+    /// `--fixed-params` or drawn parameters seeded by `seed`.
+    pub fn new(fixed: bool, seed: u64) -> Params {
+        if fixed {
+            Params::Fixed
+        } else {
+            Params::Drawn { seed }
+        }
+    }
+
+    /// "fixed" or "drawn".
+    pub fn name(self) -> &'static str {
+        match self {
+            Params::Fixed => "fixed",
+            Params::Drawn { .. } => "drawn",
+        }
+    }
+
+    /// The text of the `k`-th occurrence of `query` (of `workload`, on
+    /// `schema`) in instance stream `stream`. A query the workload does not
+    /// know runs as given.
+    pub fn sql(
+        self,
+        workload: Workload,
+        schema: &str,
+        query: &Query,
+        stream: &str,
+        k: u64,
+    ) -> String {
+        let Params::Drawn { seed } = self else {
+            return query.sql.clone();
+        };
+        let seed = workload::instance_seed(seed, &[stream, schema, &query.name], k);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        workload
+            .instance(&query.name, &mut rng)
+            .map_or_else(|| query.sql.clone(), |q| q.sql)
+    }
+
+    /// `{"params": "fixed"|"drawn", "params_seed": seed|null}` entries of
+    /// a result document.
+    pub fn annotate(self, doc: &mut Value) {
+        doc["params"] = self.name().into();
+        doc["params_seed"] = match self {
+            Params::Fixed => Value::Null,
+            Params::Drawn { seed } => seed.into(),
+        };
+    }
+}
+
 /// One class of queries: one schema, drawn with `weight`.
 #[derive(Debug, Clone)]
 pub struct Class {
     pub name: String,
     pub schema: String,
     pub weight: f64,
+    /// The queries with their validation parameters (names and order).
     pub queries: Vec<Query>,
+    /// The benchmark the queries come from: what draws their instances.
+    pub workload: Workload,
 }
 
 #[derive(Debug, Clone)]
 pub struct Mix {
     pub classes: Vec<Class>,
+    pub params: Params,
 }
 
 /// The scale factors the mix runs on (defaults filled in).
@@ -99,9 +181,9 @@ impl Mix {
         let mut sfs = scale_factors(global, args.classes);
         sfs.sort_by(f64::total_cmp);
         sfs.dedup();
-        let (prefix, queries_of): (&str, fn(f64) -> Vec<Query>) = match args.classes {
-            Benchmark::Tpch => ("", workload::tpch),
-            Benchmark::Ssb => ("ssb_", |_| workload::ssb()),
+        let (prefix, workload_of): (&str, fn(f64) -> Workload) = match args.classes {
+            Benchmark::Tpch => ("", |scale| Workload::Tpch { scale }),
+            Benchmark::Ssb => ("ssb_", |_| Workload::Ssb),
         };
         let filter = |qs: Vec<Query>| -> Result<Vec<Query>> {
             if args.queries.is_empty() {
@@ -118,11 +200,13 @@ impl Mix {
                 .collect())
         };
         let class = |name: &str, sf: f64, weight: f64| -> Result<Class> {
+            let workload = workload_of(sf);
             Ok(Class {
                 name: name.to_string(),
                 schema: stride_storage::scale_factor_schema(prefix, sf),
                 weight,
-                queries: filter(queries_of(sf))?,
+                queries: filter(workload.queries())?,
+                workload,
             })
         };
         let classes = match sfs.as_slice() {
@@ -133,7 +217,18 @@ impl Mix {
             ],
             _ => bail!("name one or two scale factors for the mix (short and long)"),
         };
-        Ok(Mix { classes })
+        Ok(Mix {
+            classes,
+            params: Params::new(global.fixed_params, args.seed),
+        })
+    }
+
+    /// The text of the `k`-th occurrence of query `query` of class `class`
+    /// in instance stream `stream` ([`Params::sql`]).
+    pub fn sql(&self, class: usize, query: usize, stream: &str, k: u64) -> String {
+        let c = &self.classes[class];
+        self.params
+            .sql(c.workload, &c.schema, &c.queries[query], stream, k)
     }
 
     /// Draws a class by weight, then a query uniformly.
@@ -199,6 +294,10 @@ pub struct Isolated {
     /// How the runs were ordered ([`Order::name`]); empty when read from a
     /// file written before it was recorded.
     pub order: String,
+    /// The substitution parameters of the runs: each run of a query is
+    /// another instance when drawn, so a median is over instances; `None`
+    /// when read from a file written before it was recorded.
+    pub params: Option<Params>,
 }
 
 impl Isolated {
@@ -227,13 +326,17 @@ impl Isolated {
                     q.clone(),
                     json!({"median_ms": st.median_ms, "min_ms": st.min_ms,
                         "max_ms": st.max_ms, "rows": st.rows,
-                        "phases": st.phases.as_ref().map(Phases::to_json)}),
+                        "phases": st.phases.map(Phases::to_json)}),
                 );
             }
             schemas.insert(s, Value::Object(qs));
         }
-        json!({"kind": "isolated", "system": self.system, "runs": self.runs,
-            "order": self.order, "schemas": Value::Object(schemas)})
+        let mut doc = json!({"kind": "isolated", "system": self.system, "runs": self.runs,
+            "order": self.order, "schemas": Value::Object(schemas)});
+        if let Some(p) = self.params {
+            p.annotate(&mut doc);
+        }
+        doc
     }
 
     pub fn from_json(v: &Value) -> Result<Isolated> {
@@ -270,6 +373,13 @@ impl Isolated {
             system: v.get("system").and_then(Value::as_str).unwrap_or("").into(),
             runs: v.get("runs").and_then(Value::as_u64).unwrap_or(0) as usize,
             order: v.get("order").and_then(Value::as_str).unwrap_or("").into(),
+            params: match v.get("params").and_then(Value::as_str) {
+                Some("fixed") => Some(Params::Fixed),
+                Some("drawn") => Some(Params::Drawn {
+                    seed: v.get("params_seed").and_then(Value::as_u64).unwrap_or(0),
+                }),
+                _ => None,
+            },
         })
     }
 
@@ -310,6 +420,8 @@ mod tests {
             worker_os_slice_us: None,
             handover_morsel_us: None,
             self_tuning: None,
+            fixed_params: false,
+            estimates: None,
         }
     }
 
@@ -371,7 +483,51 @@ mod tests {
             iso.get("sf0_1", "q6").unwrap().phases
         );
         assert!(back.median_ms("sf1", "q6").is_err());
+        assert_eq!(back.params, None, "not recorded");
+        iso.params = Some(Params::Drawn { seed: 9 });
+        assert_eq!(
+            Isolated::from_json(&iso.to_json()).unwrap().params,
+            iso.params
+        );
         assert_eq!(query_order("q10"), vec![10]);
         assert!(query_order("q2") < query_order("q10"));
+    }
+
+    #[test]
+    fn drawn_instances_vary_per_occurrence_and_repeat_per_seed() {
+        let mix = Mix::new(&global(vec![0.1, 1.0]), &args()).unwrap();
+        assert_eq!(mix.params, Params::Drawn { seed: 1 });
+        let q1 = 0; // Q1: DELTA takes 61 values, so 20 draws repeat few
+        let texts: Vec<String> = (0..20).map(|k| mix.sql(0, q1, ARRIVALS, k)).collect();
+        let mut distinct = texts.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(distinct.len() > 10, "{} distinct of 20", distinct.len());
+        assert_eq!(mix.sql(0, q1, ARRIVALS, 3), texts[3]);
+        // Other streams, classes and seeds draw other instances.
+        let other_stream: Vec<String> = (0..20).map(|k| mix.sql(0, q1, SPIN, k)).collect();
+        assert_ne!(texts, other_stream);
+        let other_class: Vec<String> = (0..20).map(|k| mix.sql(1, q1, ARRIVALS, k)).collect();
+        assert_ne!(texts, other_class);
+        let mut a = args();
+        a.seed = 2;
+        let reseeded = Mix::new(&global(vec![0.1, 1.0]), &a).unwrap();
+        assert_ne!(
+            texts,
+            (0..20)
+                .map(|k| reseeded.sql(0, q1, ARRIVALS, k))
+                .collect::<Vec<_>>()
+        );
+        // --fixed-params: the validation text every time.
+        let mut g = global(vec![0.1, 1.0]);
+        g.fixed_params = true;
+        let fixed = Mix::new(&g, &args()).unwrap();
+        assert_eq!(fixed.params, Params::Fixed);
+        for k in 0..5 {
+            assert_eq!(
+                fixed.sql(0, q1, ARRIVALS, k),
+                fixed.classes[0].queries[q1].sql
+            );
+        }
     }
 }

@@ -56,7 +56,7 @@ impl Phases {
         self.planning_ms + self.queued_ms + self.running_ms + self.waking_ms
     }
 
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(self) -> Value {
         json!({"planning_ms": self.planning_ms, "queued_ms": self.queued_ms,
             "running_ms": self.running_ms, "waking_ms": self.waking_ms,
             "cpu_ms": self.cpu_ms})
@@ -148,7 +148,7 @@ impl PhaseMeans {
         PhaseMeans::from_values(self.count, self.values().map(|x| x / n))
     }
 
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(self) -> Value {
         let mut v = json!({"count": self.count, "latency_ms": self.latency_ms,
             "send_ms": self.send_ms, "other_ms": self.other_ms});
         if let (Value::Object(m), Value::Object(p)) = (&mut v, self.phases.to_json()) {

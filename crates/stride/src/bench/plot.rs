@@ -125,7 +125,7 @@ pub fn label(v: f64) -> String {
         return "0".into();
     }
     let a = v.abs();
-    if a >= 1e5 || a < 1e-3 {
+    if !(1e-3..1e5).contains(&a) {
         format!("{v:.0e}")
     } else if a >= 10.0 || (v.fract()).abs() < 1e-9 {
         format!("{}", (v * 1e3).round() / 1e3)

@@ -3,7 +3,8 @@
 //! isolated duration of a drawn query; each arrival is sent when it is due
 //! by a client thread that was waiting for it ([`Pool`]), whatever is still
 //! running, and its latency counts from the arrival time (queueing
-//! included).
+//! included). Each arrival is an instance of its query: the `k`-th arrival
+//! of a query is instance `k` of stream [`ARRIVALS`] ([`instances`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,10 +15,10 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::driver::Target;
-use super::mix::{Isolated, Mix};
+use super::mix::{Isolated, Mix, ARRIVALS};
 use super::phases::Breakdown;
 use super::progress::Progress;
-use super::stats::{points, summarize_run, Sample};
+use super::stats::{estimation_errors, points, summarize_run, Sample};
 
 /// One run's settings.
 #[derive(Debug, Clone)]
@@ -64,6 +65,22 @@ pub fn arrivals(mix: &Mix, lambda: f64, duration_s: f64, seed: u64) -> Vec<Arriv
     }
 }
 
+/// The text of each arrival of `schedule`: its query's next instance of
+/// stream [`ARRIVALS`] (the validation text with `--fixed-params`). Drawn
+/// before the run starts, so that no client spends time on it.
+pub fn instances(mix: &Mix, schedule: &[Arrival]) -> Vec<String> {
+    let mut seen: std::collections::HashMap<(usize, usize), u64> = Default::default();
+    schedule
+        .iter()
+        .map(|a| {
+            let k = seen.entry((a.class, a.query)).or_default();
+            let sql = mix.sql(a.class, a.query, ARRIVALS, *k);
+            *k += 1;
+            sql
+        })
+        .collect()
+}
+
 /// A finished run: its samples and its JSON document.
 pub struct PoissonRun {
     /// The instant sample times count from.
@@ -87,6 +104,8 @@ struct Pool {
     mix: Mix,
     iso: Isolated,
     schedule: Vec<Arrival>,
+    /// The text of each arrival ([`instances`]).
+    sql: Vec<String>,
     t0: Instant,
     /// Index of the next arrival no client has taken.
     next: AtomicUsize,
@@ -116,7 +135,7 @@ impl Pool {
     fn client(self: Arc<Self>) -> Result<()> {
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(a) = self.schedule.get(i) else {
+            let (Some(a), Some(sql)) = (self.schedule.get(i), self.sql.get(i)) else {
                 return Ok(());
             };
             let due = self.t0 + Duration::from_secs_f64(a.at);
@@ -128,12 +147,12 @@ impl Pool {
                 Pool::spawn_client(&self)?;
                 self.idle.fetch_add(1, Ordering::Relaxed);
             }
-            self.send(a);
+            self.send(a, sql);
             self.idle.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    fn send(&self, a: &Arrival) {
+    fn send(&self, a: &Arrival, sql: &str) {
         let class = &self.mix.classes[a.class];
         let query = &class.queries[a.query];
         let isolated = self.iso.get(&class.schema, &query.name).ok();
@@ -142,7 +161,7 @@ impl Pool {
         let start = self.t0.elapsed().as_secs_f64();
         let target = &self.target;
         let result = target.acquire(&class.schema).and_then(|mut conn| {
-            let r = conn.run(target, &query.sql);
+            let r = conn.run(target, sql);
             target.release(&class.schema, conn);
             r
         });
@@ -168,6 +187,8 @@ impl Pool {
                     .as_ref()
                     .map(|r| r.groups.clone())
                     .unwrap_or_default(),
+                estimated_cpu_ms: result.as_ref().ok().and_then(|r| r.estimated_cpu_ms),
+                task_cpu_ms: result.as_ref().ok().and_then(|r| r.task_cpu_ms),
                 error: result.err().map(|e| format!("{e:#}")),
             });
     }
@@ -183,7 +204,11 @@ pub fn run(
     if !(cfg.load > 0.0 && cfg.load.is_finite()) {
         bail!("the load must be a positive number (got {})", cfg.load);
     }
-    if !(cfg.duration_s > 0.0) || cfg.warmup_s < 0.0 || cfg.warmup_s >= cfg.duration_s {
+    if cfg.duration_s.is_nan()
+        || cfg.duration_s <= 0.0
+        || cfg.warmup_s < 0.0
+        || cfg.warmup_s >= cfg.duration_s
+    {
         bail!(
             "need 0 <= warm-up ({} s) < duration ({} s)",
             cfg.warmup_s,
@@ -193,6 +218,7 @@ pub fn run(
     let mean_ms = mix.mean_isolated_ms(iso)?;
     let lambda = cfg.load / (mean_ms / 1e3);
     let schedule = arrivals(mix, lambda, cfg.duration_s, cfg.seed);
+    let sql = instances(mix, &schedule);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let progress = Progress::start(
         cfg.progress,
@@ -205,6 +231,7 @@ pub fn run(
         mix: mix.clone(),
         iso: iso.clone(),
         schedule,
+        sql,
         t0: Instant::now(),
         next: AtomicUsize::new(0),
         idle: AtomicUsize::new(INITIAL_CLIENTS),
@@ -261,25 +288,33 @@ pub fn run(
         "wall_s": wall,
         "workers": target.workers(),
         "allocator_purge": target.allocator_purge(),
+        "estimates": target.engine().map(|e| e.history().mode().name()),
         "classes": mix.to_json(),
         "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
     });
+    mix.params.annotate(&mut json);
     let summary = summarize_run(&points(&json), cfg.duration_s - cfg.warmup_s);
     json["summary"] = summary.to_json();
     json["phases"] = Breakdown::of_run(&json).to_json();
+    json["estimation"] = estimation_errors(&json)
+        .into_iter()
+        .map(|(class, e)| (class, e.to_json()))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
     Ok(PoissonRun { t0, samples, json })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::mix::{Class, Mix};
-    use stride::workload::Query;
+    use crate::bench::mix::{Class, Mix, Params};
+    use stride::workload::{Query, Workload};
 
     fn mix() -> Mix {
         let q = |n: &str| Query {
             name: n.into(),
             sql: String::new(),
+            params: Vec::new(),
         };
         Mix {
             classes: vec![
@@ -288,14 +323,17 @@ mod tests {
                     schema: "a".into(),
                     weight: 3.0,
                     queries: vec![q("q1"), q("q2")],
+                    workload: Workload::Tpch { scale: 0.1 },
                 },
                 Class {
                     name: "long".into(),
                     schema: "b".into(),
                     weight: 1.0,
                     queries: vec![q("q1")],
+                    workload: Workload::Tpch { scale: 1.0 },
                 },
             ],
+            params: Params::Drawn { seed: 5 },
         }
     }
 
@@ -320,6 +358,7 @@ mod tests {
         let q = |n: &str, sql: &str| Query {
             name: n.into(),
             sql: sql.into(),
+            params: Vec::new(),
         };
         let mix = Mix {
             classes: vec![
@@ -328,14 +367,18 @@ mod tests {
                     schema: String::new(),
                     weight: 3.0,
                     queries: vec![q("q1", "select count(*) from t")],
+                    workload: Workload::Ssb,
                 },
                 Class {
                     name: "long".into(),
                     schema: String::new(),
                     weight: 1.0,
                     queries: vec![q("q2", "select y, sum(x) from t group by y")],
+                    workload: Workload::Ssb,
                 },
             ],
+            // SSB has no q1 or q2: the queries run as given.
+            params: Params::Drawn { seed: 1 },
         };
         let mut iso = Isolated::default();
         for (schema, name) in [("", "q1"), ("", "q2")] {
@@ -376,6 +419,7 @@ mod tests {
             assert!(p.running_ms >= 0.0 && p.planning_ms > 0.0);
             assert!(p.total_ms() <= s.latency_ms + 1e-6);
             assert!(p.cpu_ms > 0.0, "its tasks took worker time");
+            assert!(s.task_cpu_ms.is_some_and(|c| c > 0.0));
             assert_eq!(s.groups.len(), 1, "one statement, one resource group");
             assert_eq!(s.warmup, s.arrival < cfg.warmup_s);
         }
@@ -416,5 +460,33 @@ mod tests {
             assert!((x.at / 2.0 - y.at).abs() < 1e-9);
         }
         assert_ne!(arrivals(&m, 50.0, 10.0, 4), arrivals(&m, 50.0, 10.0, 3));
+    }
+
+    #[test]
+    fn arrivals_of_a_query_are_its_successive_instances() {
+        let m = mix();
+        let a = arrivals(&m, 50.0, 20.0, 3);
+        let sql = instances(&m, &a);
+        assert_eq!(sql.len(), a.len());
+        // The k-th arrival of (class, query) is instance k of the stream,
+        // whatever the load: at twice the rate the same texts arrive.
+        let mut k = std::collections::HashMap::new();
+        for (arrival, text) in a.iter().zip(&sql) {
+            let n = k.entry((arrival.class, arrival.query)).or_insert(0u64);
+            assert_eq!(*text, m.sql(arrival.class, arrival.query, ARRIVALS, *n));
+            *n += 1;
+        }
+        let b = arrivals(&m, 100.0, 10.0, 3);
+        let n = a.len().min(b.len()) - 1;
+        assert_eq!(instances(&m, &b)[..n], sql[..n]);
+        // Q1 instances differ from one arrival to the next.
+        let q1: Vec<&String> = a
+            .iter()
+            .zip(&sql)
+            .filter(|(x, _)| (x.class, x.query) == (0, 0))
+            .map(|(_, s)| s)
+            .take(10)
+            .collect();
+        assert!(q1.windows(2).any(|w| w[0] != w[1]));
     }
 }

@@ -3,8 +3,10 @@
 //! system never runs dry. Completions are counted per second; the maximum
 //! throughput is their mean over the stable window (after the warm-up), with
 //! the standard error of the mean, and a moving average shows stability.
+//! Each submission is an instance of its query: the `k`-th submission of a
+//! query (over all clients) is instance `k` of stream [`SPIN`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -13,7 +15,7 @@ use rand::SeedableRng;
 use serde_json::{json, Value};
 
 use super::driver::Target;
-use super::mix::{Isolated, Mix};
+use super::mix::{Isolated, Mix, SPIN};
 use super::progress::Progress;
 use super::stats::{points, summarize_run, Sample};
 
@@ -93,7 +95,11 @@ pub fn run(
     if cfg.clients == 0 {
         bail!("--clients must be at least 1");
     }
-    if !(cfg.duration_s >= 1.0) || cfg.warmup_s < 0.0 || cfg.warmup_s >= cfg.duration_s {
+    if cfg.duration_s.is_nan()
+        || cfg.duration_s < 1.0
+        || cfg.warmup_s < 0.0
+        || cfg.warmup_s >= cfg.duration_s
+    {
         bail!(
             "need a duration of at least 1 s and 0 <= warm-up ({} s) < duration ({} s)",
             cfg.warmup_s,
@@ -109,15 +115,23 @@ pub fn run(
         in_flight.clone(),
     );
     let iso = Arc::new(iso.cloned());
+    // Submissions so far of each (class, query): the next instance number.
+    let submitted: Arc<Vec<Vec<AtomicU64>>> = Arc::new(
+        mix.classes
+            .iter()
+            .map(|c| c.queries.iter().map(|_| AtomicU64::new(0)).collect())
+            .collect(),
+    );
     let t0 = Instant::now();
     let threads: Vec<_> = (0..cfg.clients)
         .map(|client| {
-            let (target, mix, iso, samples, in_flight) = (
+            let (target, mix, iso, samples, in_flight, submitted) = (
                 target.clone(),
                 mix.clone(),
                 iso.clone(),
                 samples.clone(),
                 in_flight.clone(),
+                submitted.clone(),
             );
             let (arrived, done) = (progress.arrived.clone(), progress.done.clone());
             let (duration, seed) = (cfg.duration_s, cfg.seed.wrapping_add(client as u64));
@@ -131,11 +145,13 @@ pub fn run(
                         let (c, q) = mix.draw(&mut rng);
                         let class = &mix.classes[c];
                         let query = &class.queries[q];
+                        let k = submitted[c][q].fetch_add(1, Ordering::Relaxed);
+                        let sql = mix.sql(c, q, SPIN, k);
                         arrived.fetch_add(1, Ordering::Relaxed);
                         in_flight.fetch_add(1, Ordering::Relaxed);
                         let start = t0.elapsed().as_secs_f64();
                         let result = target.acquire(&class.schema).and_then(|mut conn| {
-                            let r = conn.run(&target, &query.sql);
+                            let r = conn.run(&target, &sql);
                             target.release(&class.schema, conn);
                             r
                         });
@@ -164,6 +180,8 @@ pub fn run(
                                 .as_ref()
                                 .map(|r| r.groups.clone())
                                 .unwrap_or_default(),
+                            estimated_cpu_ms: result.as_ref().ok().and_then(|r| r.estimated_cpu_ms),
+                            task_cpu_ms: result.as_ref().ok().and_then(|r| r.task_cpu_ms),
                             error: result.err().map(|e| format!("{e:#}")),
                         });
                     }
@@ -204,6 +222,7 @@ pub fn run(
         "wall_s": wall,
         "workers": target.workers(),
         "allocator_purge": target.allocator_purge(),
+        "estimates": target.engine().map(|e| e.history().mode().name()),
         "classes": mix.to_json(),
         "throughput": {
             "mean_qps": tp.mean_qps, "sem_qps": tp.sem_qps,
@@ -213,6 +232,7 @@ pub fn run(
         },
         "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
     });
+    mix.params.annotate(&mut json);
     let measured = (tp.stable_to_s - tp.stable_from_s) as f64;
     json["summary"] = summarize_run(&points(&json), measured).to_json();
     Ok(SpinRun {

@@ -1,8 +1,9 @@
 //! Samples (one per finished query) and their summaries: count, mean, p50,
 //! p95, p99 and max of latency and slowdown, geometric mean latency and
-//! throughput, per class and per query. Summaries are computed from the
-//! samples' JSON form, so that results written by other drivers
-//! (`scripts/peers.py`) are summarized by the same code.
+//! throughput, per class and per query; and the error of the CPU-time
+//! estimates the scheduler was given ([`estimation_errors`]). Summaries are
+//! computed from the samples' JSON form, so that results written by other
+//! drivers (`scripts/peers.py`) are summarized by the same code.
 
 use std::collections::BTreeMap;
 
@@ -34,6 +35,13 @@ pub struct Sample {
     /// The resource groups that ran it (in-process only): what names its
     /// tasks in a trace.
     pub groups: Vec<u64>,
+    /// The CPU time of its tasks that the scheduler was told to expect
+    /// (SRPT's remaining-work estimate at submission; in-process only;
+    /// `None` when the engine gave no estimate).
+    pub estimated_cpu_ms: Option<f64>,
+    /// The CPU time its tasks took, what the estimate predicts
+    /// (in-process only).
+    pub task_cpu_ms: Option<f64>,
 }
 
 impl Sample {
@@ -49,9 +57,10 @@ impl Sample {
             "arrival_s": self.arrival, "start_s": self.start, "end_s": self.end,
             "latency_ms": self.latency_ms, "isolated_ms": self.isolated_ms,
             "slowdown": self.slowdown(), "warmup": self.warmup, "error": self.error,
-            "phases": self.phases.as_ref().map(Phases::to_json),
-            "isolated_phases": self.isolated_phases.as_ref().map(Phases::to_json),
+            "phases": self.phases.map(Phases::to_json),
+            "isolated_phases": self.isolated_phases.map(Phases::to_json),
             "groups": self.groups,
+            "estimated_cpu_ms": self.estimated_cpu_ms, "task_cpu_ms": self.task_cpu_ms,
         })
     }
 }
@@ -96,7 +105,7 @@ impl Dist {
         }
     }
 
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(self) -> Value {
         json!({"count": self.count, "mean": self.mean, "geomean": self.geomean,
             "p50": self.p50, "p95": self.p95, "p99": self.p99, "max": self.max})
     }
@@ -113,7 +122,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(self) -> Value {
         json!({"count": self.latency.count, "errors": self.errors,
             "throughput_qps": self.throughput,
             "latency_ms": self.latency.to_json(), "slowdown": self.slowdown.to_json()})
@@ -196,6 +205,101 @@ pub fn summarize_run(points: &[Point], seconds: f64) -> RunSummary {
             .map(|(k, v)| (k, summarize(&v, seconds)))
             .collect(),
     }
+}
+
+/// How far the CPU-time estimates of one class's queries were from the
+/// CPU time they took: the distribution of |ln(estimated / actual)| (0: exact;
+/// ln 2 ≈ 0.69: off by a factor of two).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EstimationError {
+    /// Measured queries that took CPU time.
+    pub queries: usize,
+    /// Of those, the queries the scheduler had an estimate for.
+    pub estimated: usize,
+    pub median: f64,
+    pub p90: f64,
+    /// Geometric mean of estimated / actual: above 1 the estimates were too
+    /// high on the whole, below 1 too low.
+    pub bias: f64,
+}
+
+impl EstimationError {
+    pub fn to_json(self) -> Value {
+        json!({"queries": self.queries, "estimated": self.estimated,
+            "abs_log_error_p50": self.median, "abs_log_error_p90": self.p90,
+            "bias": self.bias})
+    }
+}
+
+/// The estimation error per class of a run's measured, successful samples
+/// (in-process runs only: samples without `task_cpu_ms` count nowhere).
+pub fn estimation_errors(run: &Value) -> BTreeMap<String, EstimationError> {
+    let mut by_class: BTreeMap<String, (usize, Vec<f64>)> = BTreeMap::new();
+    let samples = run.get("samples").and_then(Value::as_array);
+    for s in samples.into_iter().flatten() {
+        let skip = s.get("warmup").and_then(Value::as_bool).unwrap_or(false)
+            || s.get("error").is_some_and(|e| !e.is_null());
+        let actual = s.get("task_cpu_ms").and_then(Value::as_f64);
+        let (Some(class), Some(actual)) = (s.get("class").and_then(Value::as_str), actual) else {
+            continue;
+        };
+        if skip || actual <= 0.0 {
+            continue;
+        }
+        let entry = by_class.entry(class.to_string()).or_default();
+        entry.0 += 1;
+        if let Some(est) = s.get("estimated_cpu_ms").and_then(Value::as_f64) {
+            entry.1.push((est.max(1e-6) / actual).ln());
+        }
+    }
+    by_class
+        .into_iter()
+        .map(|(class, (queries, logs))| {
+            let mut abs: Vec<f64> = logs.iter().map(|l| l.abs()).collect();
+            abs.sort_by(f64::total_cmp);
+            let bias = if logs.is_empty() {
+                f64::NAN
+            } else {
+                (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+            };
+            let e = EstimationError {
+                queries,
+                estimated: logs.len(),
+                median: percentile(&abs, 0.5),
+                p90: percentile(&abs, 0.9),
+                bias,
+            };
+            (class, e)
+        })
+        .collect()
+}
+
+/// Prints [`estimation_errors`] as a table (nothing when no sample had CPU
+/// times, e.g. over the wire).
+pub fn print_estimation_errors(
+    out: &mut impl std::io::Write,
+    errors: &BTreeMap<String, EstimationError>,
+) -> std::io::Result<()> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\nCPU-time estimates (|ln(estimated / actual)|; bias: geometric mean of estimated / actual):"
+    )?;
+    writeln!(
+        out,
+        "{:<8} {:>8} {:>10} {:>8} {:>8} {:>8}",
+        "class", "queries", "estimated", "p50", "p90", "bias"
+    )?;
+    for (class, e) in errors {
+        writeln!(
+            out,
+            "{:<8} {:>8} {:>10} {:>8.2} {:>8.2} {:>8.2}",
+            class, e.queries, e.estimated, e.median, e.p90, e.bias
+        )?;
+    }
+    Ok(())
 }
 
 impl RunSummary {
@@ -303,6 +407,8 @@ mod tests {
                 phases: None,
                 isolated_phases: None,
                 groups: Vec::new(),
+                estimated_cpu_ms: None,
+                task_cpu_ms: None,
             }
             .to_json()
         };
@@ -316,5 +422,30 @@ mod tests {
         assert_eq!(short.errors, 1);
         assert!((short.slowdown.mean - 3.0).abs() < 1e-9);
         assert!((short.throughput - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn estimation_errors_per_class() {
+        let s = |class: &str, est: Option<f64>, cpu: Option<f64>, warm: bool| {
+            json!({"class": class, "query": "q1", "warmup": warm, "error": null,
+                "estimated_cpu_ms": est, "task_cpu_ms": cpu})
+        };
+        let run = json!({"samples": [
+            s("short", Some(20.0), Some(10.0), false),  // ln 2
+            s("short", Some(10.0), Some(10.0), false),  // 0
+            s("short", Some(5.0), Some(10.0), false),   // ln 2, too low
+            s("short", None, Some(10.0), false),        // no estimate
+            s("short", Some(1000.0), Some(1.0), true),  // warm-up: ignored
+            s("long", Some(100.0), Some(100.0), false),
+            s("wire", None, None, false),               // no CPU: ignored
+        ]});
+        let e = estimation_errors(&run);
+        assert_eq!(e.len(), 2);
+        let short = e["short"];
+        assert_eq!((short.queries, short.estimated), (4, 3));
+        assert!((short.median - 2f64.ln()).abs() < 1e-9);
+        assert!((short.p90 - 2f64.ln()).abs() < 1e-9);
+        assert!((short.bias - 1.0).abs() < 1e-9, "over and under cancel");
+        assert_eq!(e["long"].median, 0.0);
     }
 }

@@ -120,12 +120,19 @@ pub fn run(args: &SweepArgs, global: &GlobalArgs) -> Result<()> {
             };
             let run = poisson::run(&target, &mix, &iso, &cfg, policy)?;
             let s = stats::summarize_run(&stats::points(&run.json), args.duration - args.warmup_s);
+            let errors = stats::estimation_errors(&run.json);
             let line: Vec<String> = s
                 .classes
                 .iter()
                 .map(|(c, s)| {
+                    let estimates = errors
+                        .get(c)
+                        .filter(|e| e.estimated > 0)
+                        .map_or_else(String::new, |e| {
+                            format!(", estimate |ln| p50 {:.2} p90 {:.2}", e.median, e.p90)
+                        });
                     format!(
-                        "{c}: n={} mean {:.1} ms, slowdown mean {:.2} p95 {:.2}",
+                        "{c}: n={} mean {:.1} ms, slowdown mean {:.2} p95 {:.2}{estimates}",
                         s.latency.count, s.latency.mean, s.slowdown.mean, s.slowdown.p95
                     )
                 })
@@ -164,6 +171,7 @@ pub fn run(args: &SweepArgs, global: &GlobalArgs) -> Result<()> {
         "duration_s": args.duration,
         "warmup_s": args.warmup_s,
         "seed": args.mix.seed,
+        "params": mix.params.name(),
         "classes": mix.to_json(),
         "note": args.note,
         "isolated": first_iso,

@@ -99,7 +99,7 @@ pub fn document(records: &[TaskRecord], origin: Instant, t0: Instant, samples: &
             "dur": (s.end - s.arrival) * 1e6,
             "args": {"latency_ms": s.latency_ms, "slowdown": s.slowdown(), "groups": s.groups,
                 "send_ms": (s.start - s.arrival) * 1e3,
-                "phases": s.phases.as_ref().map(super::phases::Phases::to_json),
+                "phases": s.phases.map(super::phases::Phases::to_json),
                 "error": s.error},
         }));
     }
@@ -157,9 +157,11 @@ mod tests {
             phases: None,
             isolated_phases: None,
             groups: Vec::new(),
+            estimated_cpu_ms: None,
+            task_cpu_ms: None,
         };
         let records = [rec(0, 7, 12, 14), rec(1, 7, 13, 19), rec(0, 8, 30, 31)];
-        let doc = document(&records, origin, t0, &[sample.clone()]);
+        let doc = document(&records, origin, t0, std::slice::from_ref(&sample));
         let events = doc["traceEvents"].as_array().unwrap();
         let tasks: Vec<&Value> = events
             .iter()

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+pub mod wire;
+
 use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
