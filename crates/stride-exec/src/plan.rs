@@ -122,8 +122,22 @@ impl PhysicalPlan {
         }
     }
 
-    fn fmt_indent(&self, f: &mut fmt::Formatter<'_>, depth: usize) -> fmt::Result {
+    /// Writes the plan as an indented tree, one operator a line, with the
+    /// parts that differ between views (expressions, row counts, aggregates)
+    /// rendered by `style`. `Display` is the EXPLAIN view ([`ExplainText`]).
+    pub fn write_tree(
+        &self,
+        w: &mut dyn fmt::Write,
+        style: &dyn PlanTextStyle,
+        depth: usize,
+    ) -> fmt::Result {
         let pad = "  ".repeat(depth);
+        let exprs = |list: &[ExprRef]| -> String {
+            list.iter()
+                .map(|e| style.expr(e))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match self {
             PhysicalPlan::Scan {
                 table, projection, ..
@@ -133,41 +147,45 @@ impl PhysicalPlan {
                     .map(|&i| table.schema().field(i).name().as_str())
                     .collect();
                 writeln!(
-                    f,
-                    "{pad}Scan {} [{}] rows={}",
+                    w,
+                    "{pad}Scan {} [{}] {}",
                     table.name(),
                     cols.join(", "),
-                    table.num_rows()
+                    style.rows(table.num_rows())
                 )
             }
             PhysicalPlan::Values { batches, .. } => {
                 let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-                writeln!(f, "{pad}Values rows={rows}")
+                writeln!(w, "{pad}Values {}", style.rows(rows))
             }
             PhysicalPlan::Filter { input, predicate } => {
-                writeln!(f, "{pad}Filter {predicate}")?;
-                input.fmt_indent(f, depth + 1)
+                writeln!(w, "{pad}Filter {}", style.expr(predicate))?;
+                input.write_tree(w, style, depth + 1)
             }
-            PhysicalPlan::Projection { input, exprs, .. } => {
-                let e: Vec<String> = exprs.iter().map(|e| e.to_string()).collect();
-                writeln!(f, "{pad}Projection {}", e.join(", "))?;
-                input.fmt_indent(f, depth + 1)
+            PhysicalPlan::Projection {
+                input, exprs: e, ..
+            } => {
+                writeln!(w, "{pad}Projection {}", exprs(e))?;
+                input.write_tree(w, style, depth + 1)
             }
             PhysicalPlan::HashJoin(j) => {
-                let on: Vec<String> = j.on.iter().map(|(l, r)| format!("{l} = {r}")).collect();
+                let on: Vec<String> =
+                    j.on.iter()
+                        .map(|(l, r)| format!("{} = {}", style.expr(l), style.expr(r)))
+                        .collect();
                 write!(
-                    f,
+                    w,
                     "{pad}HashJoin {:?} build={:?} on [{}]",
                     j.join_type,
                     j.build_side,
                     on.join(", ")
                 )?;
                 if let Some(filter) = &j.filter {
-                    write!(f, " filter {filter}")?;
+                    write!(w, " filter {}", style.expr(filter))?;
                 }
-                writeln!(f)?;
-                j.left.fmt_indent(f, depth + 1)?;
-                j.right.fmt_indent(f, depth + 1)
+                writeln!(w)?;
+                j.left.write_tree(w, style, depth + 1)?;
+                j.right.write_tree(w, style, depth + 1)
             }
             PhysicalPlan::Aggregate {
                 input,
@@ -175,44 +193,37 @@ impl PhysicalPlan {
                 aggregates,
                 ..
             } => {
-                let g: Vec<String> = group_by.iter().map(|e| e.to_string()).collect();
-                let a: Vec<String> = aggregates
-                    .iter()
-                    .map(|a| a.function.name().to_string())
-                    .collect();
+                let a: Vec<String> = aggregates.iter().map(|a| style.aggregate(a)).collect();
                 writeln!(
-                    f,
+                    w,
                     "{pad}Aggregate group=[{}] aggr=[{}]",
-                    g.join(", "),
+                    exprs(group_by),
                     a.join(", ")
                 )?;
-                input.fmt_indent(f, depth + 1)
+                input.write_tree(w, style, depth + 1)
             }
             PhysicalPlan::Sort { input, keys, fetch } => {
                 let k: Vec<String> = keys
                     .iter()
                     .map(|k| {
-                        format!(
-                            "{} {}",
-                            k.expr,
-                            if k.options.descending { "DESC" } else { "ASC" }
-                        )
+                        let order = if k.options.descending { "DESC" } else { "ASC" };
+                        format!("{} {order}", style.expr(&k.expr))
                     })
                     .collect();
                 match fetch {
-                    Some(n) => writeln!(f, "{pad}TopK {n} [{}]", k.join(", "))?,
-                    None => writeln!(f, "{pad}Sort [{}]", k.join(", "))?,
+                    Some(n) => writeln!(w, "{pad}TopK {n} [{}]", k.join(", "))?,
+                    None => writeln!(w, "{pad}Sort [{}]", k.join(", "))?,
                 }
-                input.fmt_indent(f, depth + 1)
+                input.write_tree(w, style, depth + 1)
             }
             PhysicalPlan::Limit { input, skip, fetch } => {
-                writeln!(f, "{pad}Limit skip={skip} fetch={fetch:?}")?;
-                input.fmt_indent(f, depth + 1)
+                writeln!(w, "{pad}Limit skip={skip} fetch={fetch:?}")?;
+                input.write_tree(w, style, depth + 1)
             }
             PhysicalPlan::Union { inputs, .. } => {
-                writeln!(f, "{pad}Union")?;
+                writeln!(w, "{pad}Union")?;
                 for i in inputs {
-                    i.fmt_indent(f, depth + 1)?;
+                    i.write_tree(w, style, depth + 1)?;
                 }
                 Ok(())
             }
@@ -220,8 +231,35 @@ impl PhysicalPlan {
     }
 }
 
+/// How [`PhysicalPlan::write_tree`] renders the parts of a plan that differ
+/// between views of it.
+pub trait PlanTextStyle {
+    fn expr(&self, e: &ExprRef) -> String;
+    /// A row count (of a table, of VALUES).
+    fn rows(&self, rows: usize) -> String;
+    fn aggregate(&self, a: &AggregateSpec) -> String;
+}
+
+/// The EXPLAIN view: expressions as DataFusion displays them, exact row
+/// counts, aggregates by name.
+pub struct ExplainText;
+
+impl PlanTextStyle for ExplainText {
+    fn expr(&self, e: &ExprRef) -> String {
+        e.to_string()
+    }
+
+    fn rows(&self, rows: usize) -> String {
+        format!("rows={rows}")
+    }
+
+    fn aggregate(&self, a: &AggregateSpec) -> String {
+        a.function.name().to_string()
+    }
+}
+
 impl fmt::Display for PhysicalPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_indent(f, 0)
+        self.write_tree(f, &ExplainText, 0)
     }
 }

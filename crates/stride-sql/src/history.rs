@@ -34,7 +34,6 @@
 //! [`CAPACITY`] plans it is cleared (plans come back on their next run).
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,7 +44,7 @@ use datafusion_common::ScalarValue;
 use datafusion_expr::LogicalPlan;
 use datafusion_physical_expr::expressions::{Column, Literal};
 use stride_exec::operator::hash_join::{JoinModes, SideMode};
-use stride_exec::plan::ExprRef;
+use stride_exec::plan::{AggregateSpec, ExprRef, PlanTextStyle};
 use stride_exec::PhysicalPlan;
 use stride_sched::{QueryStats, TaskSetEstimate};
 
@@ -392,115 +391,30 @@ pub fn estimated_rows(plan: &LogicalPlan) -> f64 {
 /// its power of two (`rows≈2^k`).
 pub fn shape(plan: &PhysicalPlan) -> String {
     let mut out = String::new();
-    write_shape(plan, 0, &mut out);
+    // Writing to a String cannot fail.
+    let _ = plan.write_tree(&mut out, &ShapeText, 0);
     out
 }
 
-fn write_shape(plan: &PhysicalPlan, depth: usize, out: &mut String) {
-    let pad = "  ".repeat(depth);
-    // `write!` to a String cannot fail.
-    match plan {
-        PhysicalPlan::Scan {
-            table, projection, ..
-        } => {
-            let cols: Vec<&str> = projection
-                .iter()
-                .map(|&i| table.schema().field(i).name().as_str())
-                .collect();
-            let _ = writeln!(
-                out,
-                "{pad}Scan {} [{}] rows≈2^{}",
-                table.name(),
-                cols.join(", "),
-                magnitude(table.num_rows())
-            );
-        }
-        PhysicalPlan::Values { batches, .. } => {
-            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-            let _ = writeln!(out, "{pad}Values rows≈2^{}", magnitude(rows));
-        }
-        PhysicalPlan::Filter { input, predicate } => {
-            let _ = writeln!(out, "{pad}Filter {}", masked(predicate));
-            write_shape(input, depth + 1, out);
-        }
-        PhysicalPlan::Projection { input, exprs, .. } => {
-            let e: Vec<String> = exprs.iter().map(masked).collect();
-            let _ = writeln!(out, "{pad}Projection {}", e.join(", "));
-            write_shape(input, depth + 1, out);
-        }
-        PhysicalPlan::HashJoin(j) => {
-            let on: Vec<String> =
-                j.on.iter()
-                    .map(|(l, r)| format!("{} = {}", masked(l), masked(r)))
-                    .collect();
-            let _ = write!(
-                out,
-                "{pad}HashJoin {:?} build={:?} on [{}]",
-                j.join_type,
-                j.build_side,
-                on.join(", ")
-            );
-            if let Some(filter) = &j.filter {
-                let _ = write!(out, " filter {}", masked(filter));
-            }
-            let _ = writeln!(out);
-            write_shape(&j.left, depth + 1, out);
-            write_shape(&j.right, depth + 1, out);
-        }
-        PhysicalPlan::Aggregate {
-            input,
-            group_by,
-            aggregates,
-            ..
-        } => {
-            let g: Vec<String> = group_by.iter().map(masked).collect();
-            let a: Vec<String> = aggregates
-                .iter()
-                .map(|a| {
-                    let args: Vec<String> = a.function.expressions().iter().map(masked).collect();
-                    let filter = a
-                        .filter
-                        .as_ref()
-                        .map_or_else(String::new, |f| format!(" filter {}", masked(f)));
-                    format!("{}({}){filter}", a.function.fun().name(), args.join(", "))
-                })
-                .collect();
-            let _ = writeln!(
-                out,
-                "{pad}Aggregate group=[{}] aggr=[{}]",
-                g.join(", "),
-                a.join(", ")
-            );
-            write_shape(input, depth + 1, out);
-        }
-        PhysicalPlan::Sort { input, keys, fetch } => {
-            let k: Vec<String> = keys
-                .iter()
-                .map(|k| {
-                    let order = if k.options.descending { "DESC" } else { "ASC" };
-                    format!("{} {order}", masked(&k.expr))
-                })
-                .collect();
-            match fetch {
-                Some(n) => {
-                    let _ = writeln!(out, "{pad}TopK {n} [{}]", k.join(", "));
-                }
-                None => {
-                    let _ = writeln!(out, "{pad}Sort [{}]", k.join(", "));
-                }
-            }
-            write_shape(input, depth + 1, out);
-        }
-        PhysicalPlan::Limit { input, skip, fetch } => {
-            let _ = writeln!(out, "{pad}Limit skip={skip} fetch={fetch:?}");
-            write_shape(input, depth + 1, out);
-        }
-        PhysicalPlan::Union { inputs, .. } => {
-            let _ = writeln!(out, "{pad}Union");
-            for i in inputs {
-                write_shape(i, depth + 1, out);
-            }
-        }
+/// The shape view of a plan's text (see [`shape`]).
+struct ShapeText;
+
+impl PlanTextStyle for ShapeText {
+    fn expr(&self, e: &ExprRef) -> String {
+        masked(e)
+    }
+
+    fn rows(&self, rows: usize) -> String {
+        format!("rows≈2^{}", magnitude(rows))
+    }
+
+    fn aggregate(&self, a: &AggregateSpec) -> String {
+        let args: Vec<String> = a.function.expressions().iter().map(masked).collect();
+        let filter = a
+            .filter
+            .as_ref()
+            .map_or_else(String::new, |f| format!(" filter {}", masked(f)));
+        format!("{}({}){filter}", a.function.fun().name(), args.join(", "))
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use stride_server::{Server, ServerConfig};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 struct Fixture {
     addr: SocketAddr,
@@ -57,28 +57,10 @@ fn server() -> &'static Fixture {
     })
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use common::client::runtime;
 
 async fn connect(user: &str) -> Client {
-    let addr = server().addr;
-    let conninfo = format!(
-        "host={} port={} user={user} dbname=stride",
-        addr.ip(),
-        addr.port()
-    );
-    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
+    common::client::connect(server().addr, user).await
 }
 
 async fn count(client: &Client, sql: &str) -> i64 {

@@ -55,14 +55,6 @@ fn server() -> &'static Fixture {
     })
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// The connection still answers queries (after an error, a cancel).
 async fn still_usable(client: &Client) {
     let n: i64 = client
@@ -73,20 +65,10 @@ async fn still_usable(client: &Client) {
     assert_eq!(n, 5);
 }
 
+use common::client::runtime;
+
 async fn connect(user: &str) -> Client {
-    let addr = server().addr;
-    let conninfo = format!(
-        "host={} port={} user={user} dbname=stride",
-        addr.ip(),
-        addr.port()
-    );
-    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
+    common::client::connect(server().addr, user).await
 }
 
 /// A result cell as text, decoded from the binary format by its type.

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+pub mod client;
 pub mod wire;
 
 use arrow::array::RecordBatch;
