@@ -3,6 +3,8 @@ use datafusion_common::DataFusionError;
 use stride_sched::QueryError;
 use stride_storage::StorageError;
 
+use crate::memory::MemoryScope;
+
 /// Errors of the executor.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -19,9 +21,19 @@ pub enum ExecError {
     /// A query-level failure reported by the scheduler (cancelled, panicked…).
     #[error(transparent)]
     Query(#[from] QueryError),
-    /// A scalar subquery returned more than one row, and similar data errors.
+    /// A scalar subquery returned more than one row.
     #[error("{0}")]
-    Data(String),
+    CardinalityViolation(String),
+    /// A charge to the query's memory account was refused (SQLSTATE 53200).
+    #[error("out of memory: {what} needs {} more, the query holds {} and {} is {}", crate::memory::format_bytes(*requested), crate::memory::format_bytes(*used), match scope { MemoryScope::Query => "the query's share (stride.query_memory_limit)", MemoryScope::Server => "the server's memory limit (stride.memory_limit)" }, crate::memory::format_bytes(*limit))]
+    MemoryExhausted {
+        scope: MemoryScope,
+        what: String,
+        requested: usize,
+        /// Bytes held when refused: the query's own, or all queries' for `Server`.
+        used: usize,
+        limit: usize,
+    },
     /// A broken invariant of the executor itself.
     #[error("internal error: {0}")]
     Internal(String),
@@ -29,26 +41,38 @@ pub enum ExecError {
 
 pub type Result<T, E = ExecError> = std::result::Result<T, E>;
 
-/// The kinds of data error a client must tell apart (each has its own
-/// SQLSTATE), read from the typed error chain.
+/// The kinds of error a client must tell apart (each has its own SQLSTATE),
+/// read from the typed error chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataErrorKind {
+pub enum ErrorKind {
     /// A result out of its type's range (arithmetic overflow).
     Overflow,
     DivisionByZero,
+    /// A memory limit refused a charge.
+    OutOfMemory,
+    /// The query was cancelled (by a client, a timeout or a disconnect).
+    Cancelled,
+    /// A scalar subquery returned more than one row.
+    CardinalityViolation,
+    /// A value could not be computed from its input (a bad cast, a string
+    /// that does not parse, an invalid argument).
+    InvalidData,
 }
 
 impl ExecError {
-    /// The data error this is, looking through the errors that tasks
+    /// The kind of error this is, looking through the errors that tasks
     /// returned to the scheduler; `None` for every other error.
-    pub fn data_error_kind(&self) -> Option<DataErrorKind> {
+    pub fn kind(&self) -> Option<ErrorKind> {
         match self {
+            ExecError::MemoryExhausted { .. } => Some(ErrorKind::OutOfMemory),
+            ExecError::CardinalityViolation(_) => Some(ErrorKind::CardinalityViolation),
+            ExecError::Query(QueryError::Cancelled) => Some(ErrorKind::Cancelled),
             ExecError::DataFusion(e) => datafusion_kind(e),
             ExecError::Arrow(e) => arrow_kind(e),
             ExecError::Query(QueryError::Failed(task)) => {
                 let inner = &task.0;
                 if let Some(e) = inner.downcast_ref::<ExecError>() {
-                    e.data_error_kind()
+                    e.kind()
                 } else if let Some(e) = inner.downcast_ref::<DataFusionError>() {
                     datafusion_kind(e)
                 } else {
@@ -60,18 +84,23 @@ impl ExecError {
     }
 }
 
-fn datafusion_kind(e: &DataFusionError) -> Option<DataErrorKind> {
+fn datafusion_kind(e: &DataFusionError) -> Option<ErrorKind> {
     match e.find_root() {
         DataFusionError::ArrowError(a, _) => arrow_kind(a),
         DataFusionError::External(x) => x.downcast_ref::<ArrowError>().and_then(arrow_kind),
+        DataFusionError::Execution(_) => Some(ErrorKind::InvalidData),
         _ => None,
     }
 }
 
-fn arrow_kind(e: &ArrowError) -> Option<DataErrorKind> {
+fn arrow_kind(e: &ArrowError) -> Option<ErrorKind> {
     match e {
-        ArrowError::ArithmeticOverflow(_) => Some(DataErrorKind::Overflow),
-        ArrowError::DivideByZero => Some(DataErrorKind::DivisionByZero),
+        ArrowError::ArithmeticOverflow(_) => Some(ErrorKind::Overflow),
+        ArrowError::DivideByZero => Some(ErrorKind::DivisionByZero),
+        ArrowError::CastError(_)
+        | ArrowError::ParseError(_)
+        | ArrowError::InvalidArgumentError(_)
+        | ArrowError::ComputeError(_) => Some(ErrorKind::InvalidData),
         _ => None,
     }
 }

@@ -8,6 +8,7 @@ use stride_sched::{Canceller, GroupFacts, QueryError, QueryStats, Scheduler, Tas
 
 use crate::buffer::Buffer;
 use crate::error::{ExecError, Result};
+use crate::memory::QueryMemory;
 use crate::pipeline::compile;
 use crate::plan::PhysicalPlan;
 
@@ -28,26 +29,36 @@ impl ExecOutput {
 
 /// Runs `plan` as one resource group and waits for its result (on the calling
 /// thread, which must not be a worker). `schema` names the result columns.
+/// Its memory is not limited.
 pub fn execute(
     plan: &PhysicalPlan,
     schema: SchemaRef,
     scheduler: &Scheduler,
 ) -> Result<ExecOutput> {
-    execute_with(plan, schema, scheduler, GroupFacts::default(), &mut |_| {})
+    execute_with(
+        plan,
+        schema,
+        scheduler,
+        GroupFacts::default(),
+        &QueryMemory::unbounded(),
+        &mut |_| {},
+    )
 }
 
-/// As [`execute`], with what is known about the query, and a callback that
-/// receives a [`Canceller`] once the query is submitted and `None` when it
-/// completed (so that another thread can cancel it meanwhile).
+/// As [`execute`], with what is known about the query, the account its
+/// memory is charged to (the result included), and a callback that receives
+/// a [`Canceller`] once the query is submitted and `None` when it completed
+/// (so that another thread can cancel it meanwhile).
 pub fn execute_with(
     plan: &PhysicalPlan,
     schema: SchemaRef,
     scheduler: &Scheduler,
     facts: GroupFacts,
+    memory: &Arc<QueryMemory>,
     on_running: &mut dyn FnMut(Option<Canceller>),
 ) -> Result<ExecOutput> {
-    let result = Arc::new(Buffer::new());
-    let pipelines = compile(plan, scheduler.config().workers, result.clone())?;
+    let result = Arc::new(Buffer::new(memory.clone(), "query result"));
+    let pipelines = compile(plan, scheduler.config().workers, result.clone(), memory)?;
     let count = pipelines.len();
     let task_sets: Vec<Arc<dyn TaskSetWork>> = pipelines
         .into_iter()
@@ -57,7 +68,8 @@ pub fn execute_with(
     on_running(Some(handle.canceller()));
     let outcome = handle.wait();
     on_running(None);
-    let stats = outcome.map_err(unwrap_query_error)?;
+    let mut stats = outcome.map_err(unwrap_query_error)?;
+    stats.memory_peak = memory.peak();
     let batches = result
         .take()
         .into_iter()
@@ -98,6 +110,12 @@ fn relabel(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
 
 /// Describes the pipelines of `plan` (for EXPLAIN).
 pub fn explain_pipelines(plan: &PhysicalPlan, workers: usize) -> Result<Vec<String>> {
-    let pipelines = compile(plan, workers, Arc::new(Buffer::new()))?;
+    let memory = QueryMemory::unbounded();
+    let pipelines = compile(
+        plan,
+        workers,
+        Arc::new(Buffer::new(memory.clone(), "query result")),
+        &memory,
+    )?;
     Ok(pipelines.iter().map(|p| p.describe()).collect())
 }

@@ -15,6 +15,7 @@
 //! * [`plan`] — the physical plan tree (properties only, no runtime state);
 //! * [`source`] — morsel sources: table blocks and materialized buffers;
 //! * [`buffer`] — materialized intermediate results kept in source order;
+//! * [`memory`] — the server-wide memory pool and each query's account;
 //! * [`operator`] — one module per operator: filter, projection, hash join,
 //!   aggregate, sort, limit;
 //! * [`pipeline`] — pipelines as task sets, and the plan → pipelines compiler;
@@ -24,13 +25,15 @@ pub mod buffer;
 pub mod error;
 pub mod executor;
 pub mod hash;
+pub mod memory;
 pub mod operator;
 pub mod pipeline;
 pub mod plan;
 pub mod source;
 
-pub use error::{DataErrorKind, ExecError, Result};
+pub use error::{ErrorKind, ExecError, Result};
 pub use executor::{execute, execute_with, ExecOutput};
+pub use memory::{MemoryPool, QueryMemory};
 pub use plan::PhysicalPlan;
 pub use stride_sched::{Canceller, QueryStats};
 

@@ -14,6 +14,7 @@ use stride_sched::{TaskContext, TaskError, TaskOutcome, TaskSetWork};
 
 use crate::buffer::Buffer;
 use crate::error::{ExecError, Result};
+use crate::memory::QueryMemory;
 use crate::operator::aggregate::aggregate;
 use crate::operator::filter::FilterOperator;
 use crate::operator::hash_join::{
@@ -24,7 +25,7 @@ use crate::operator::limit::LimitSink;
 use crate::operator::materialize::MaterializeSink;
 use crate::operator::projection::ProjectionOperator;
 use crate::operator::sort::SortSink;
-use crate::operator::{Operator, Sink};
+use crate::operator::{Demand, Operator, Sink};
 use crate::plan::{BuildSide, PhysicalPlan};
 use crate::source::{BlockSource, Blocks, Source};
 
@@ -38,17 +39,27 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    fn push(&self, seq: u64, mut batch: RecordBatch, worker: usize) -> Result<()> {
-        for op in &self.operators {
-            if batch.num_rows() == 0 {
-                return Ok(());
+    /// Pushes `batch` through the operators from the `op`-th on into the
+    /// sink. An operator may emit several batches for one input (a join's
+    /// bounded chunks); each goes on at once, so that only one chunk per
+    /// operator is alive at a time.
+    fn push(&self, op: usize, seq: u64, batch: RecordBatch, worker: usize) -> Result<Demand> {
+        if batch.num_rows() == 0 {
+            return Ok(Demand::More);
+        }
+        match self.operators.get(op) {
+            Some(operator) => {
+                operator.process(batch, worker, &mut |out| {
+                    self.push(op + 1, seq, out, worker)
+                })?;
             }
-            batch = op.process(batch, worker)?;
+            None => self.sink.consume(seq, batch, worker)?,
         }
-        if batch.num_rows() > 0 {
-            self.sink.consume(seq, batch, worker)?;
-        }
-        Ok(())
+        Ok(if self.sink.is_full() {
+            Demand::Enough
+        } else {
+            Demand::More
+        })
     }
 
     pub fn describe(&self) -> String {
@@ -77,7 +88,7 @@ impl TaskSetWork for Pipeline {
             };
             let rows = morsel.rows();
             for (seq, batch) in morsel.slices {
-                self.push(seq, batch, ctx.worker())?;
+                self.push(0, seq, batch, ctx.worker())?;
             }
             ctx.morsel_done(rows);
         }
@@ -97,6 +108,8 @@ struct Open {
 struct Compiler {
     workers: usize,
     pipelines: Vec<Pipeline>,
+    /// The query's memory account, charged by every breaker and buffer.
+    memory: Arc<QueryMemory>,
 }
 
 impl Compiler {
@@ -190,6 +203,7 @@ impl Compiler {
                     self.workers,
                     modes.build != SideMode::None,
                     slot.clone(),
+                    self.memory.clone(),
                 );
                 self.close(build_open, Arc::new(build_sink));
                 // Linking the rows into bucket chains is a pipeline of its
@@ -218,12 +232,13 @@ impl Compiler {
                     j.null_aware,
                     j.schema.clone(),
                     joined_schema,
+                    self.memory.clone(),
                 )));
                 if modes.build == SideMode::None {
                     open
                 } else {
                     // The probe pipeline and the build-side pass both feed one buffer.
-                    let buffer = Arc::new(Buffer::new());
+                    let buffer = Arc::new(Buffer::new(self.memory.clone(), "join output"));
                     self.close(
                         open,
                         Arc::new(MaterializeSink::new(
@@ -275,6 +290,7 @@ impl Compiler {
                     input_schema,
                     schema.clone(),
                     self.workers,
+                    self.memory.clone(),
                 )?;
                 let open = self.compile(input)?;
                 self.close(open, Arc::new(sink));
@@ -284,12 +300,13 @@ impl Compiler {
                 }
             }
             PhysicalPlan::Sort { input, keys, fetch } => {
-                let buffer = Arc::new(Buffer::new());
+                let buffer = Arc::new(Buffer::new(self.memory.clone(), "sorted rows"));
                 let sink = SortSink::new(
                     keys.clone(),
                     *fetch,
                     input.schema(),
                     self.workers,
+                    self.memory.clone(),
                     buffer.clone(),
                 );
                 let open = self.compile(input)?;
@@ -297,16 +314,21 @@ impl Compiler {
                 Self::read(buffer, "sorted rows")
             }
             PhysicalPlan::Limit { input, skip, fetch } => {
-                let buffer = Arc::new(Buffer::new());
+                let buffer = Arc::new(Buffer::new(self.memory.clone(), "limited rows"));
                 let open = self.compile(input)?;
                 self.close(
                     open,
-                    Arc::new(LimitSink::new(*skip, *fetch, buffer.clone())),
+                    Arc::new(LimitSink::new(
+                        *skip,
+                        *fetch,
+                        self.memory.clone(),
+                        buffer.clone(),
+                    )),
                 );
                 Self::read(buffer, "limited rows")
             }
             PhysicalPlan::Union { inputs, .. } => {
-                let buffer = Arc::new(Buffer::new());
+                let buffer = Arc::new(Buffer::new(self.memory.clone(), "union"));
                 for (i, input) in inputs.iter().enumerate() {
                     let open = self.compile(input)?;
                     self.close(
@@ -324,11 +346,18 @@ impl Compiler {
     }
 }
 
-/// Compiles `plan` into pipelines; the last one writes the result into `result`.
-pub fn compile(plan: &PhysicalPlan, workers: usize, result: Arc<Buffer>) -> Result<Vec<Pipeline>> {
+/// Compiles `plan` into pipelines whose state is charged to `memory`; the
+/// last one writes the result into `result`.
+pub fn compile(
+    plan: &PhysicalPlan,
+    workers: usize,
+    result: Arc<Buffer>,
+    memory: &Arc<QueryMemory>,
+) -> Result<Vec<Pipeline>> {
     let mut c = Compiler {
         workers: workers.max(1),
         pipelines: Vec::new(),
+        memory: memory.clone(),
     };
     let open = c.compile(plan)?;
     c.close(open, Arc::new(MaterializeSink::new(result, 0, "result")));

@@ -87,6 +87,9 @@ pub struct QueryStats {
     /// `None` when it gave none. Set beside `cpu_time`, it measures how
     /// good the estimates are.
     pub estimated_cpu: Option<Duration>,
+    /// The most bytes the query's memory account held (filled in by the
+    /// executor, which charges it; the scheduler does not see memory).
+    pub memory_peak: usize,
 }
 
 /// Most samples a query's priority trace keeps.
@@ -330,6 +333,7 @@ impl ResourceGroup {
                 .estimates
                 .as_ref()
                 .map(|e| e.iter().map(|t| t.work).sum()),
+            memory_peak: 0,
             morsel_size_histogram: c
                 .morsel_buckets
                 .iter()

@@ -231,11 +231,36 @@ impl Connection {
                 "no PostgreSQL user name specified in startup packet",
             ));
         }
-        if let Auth::Scram(verifier) = &self.shared.config.auth {
-            let verifier = verifier.clone();
-            self.scram(&verifier, &user).await?;
+        let role = self.shared.engine.roles().by_name(&user);
+        let password_auth = matches!(self.shared.config.auth, Auth::Scram(_));
+        if password_auth {
+            // A name without a verifier runs the same exchange against a
+            // stand-in and fails as a wrong password does.
+            let stored = role.as_ref().and_then(|r| r.password.clone());
+            let authentic = stored.is_some();
+            let verifier = stored.unwrap_or_else(|| self.shared.mock_verifier(&user));
+            self.scram(&verifier, authentic, &user).await?;
         }
-        let mut session = self.shared.engine.session_for(&user);
+        let role_id = match &role {
+            // As PostgreSQL: checked only once the password was proved.
+            Some(r) if !r.login => {
+                return Err(self.fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    &format!("role \"{user}\" is not permitted to log in"),
+                ))
+            }
+            Some(r) => r.id,
+            None if password_auth => {
+                return Err(self.fatal(
+                    sqlstate::INVALID_PASSWORD,
+                    &format!("password authentication failed for user \"{user}\""),
+                ))
+            }
+            // Trust: a name that is no role gets the bootstrap superuser's
+            // privileges (see `Auth::Trust`).
+            None => stride_sql::roles::BOOTSTRAP_ROLE_ID,
+        };
+        let mut session = self.shared.engine.session_as(role_id, &user);
         let mut unknown_options = Vec::new();
         for (key, value) in &params {
             let key = key.to_ascii_lowercase();
@@ -275,10 +300,14 @@ impl Connection {
             "application_name",
             "is_superuser",
         ] {
-            let value = session.settings().get(name).unwrap_or_default();
+            let value = match name {
+                "is_superuser" => if session.is_superuser() { "on" } else { "off" }.to_string(),
+                _ => session.settings().get(name).unwrap_or_default(),
+            };
             self.out.parameter_status(&display_name(name), &value);
         }
-        self.out.parameter_status("session_authorization", &user);
+        self.out
+            .parameter_status("session_authorization", &session.current_user());
         let interrupt = session.interrupt();
         registration.key = Some(self.shared.register(interrupt.clone()));
         let (pid, secret) = registration.key.unwrap_or_default();
@@ -312,8 +341,14 @@ impl Connection {
     }
 
     /// The SCRAM-SHA-256 exchange (see [`crate::scram`]); every failure is
-    /// FATAL and closes the connection.
-    async fn scram(&mut self, verifier: &scram::Verifier, user: &str) -> Result<(), Close> {
+    /// FATAL and closes the connection. Unless `authentic` (the verifier is
+    /// a stand-in for a name without one), it fails like a wrong password.
+    async fn scram(
+        &mut self,
+        verifier: &scram::Verifier,
+        authentic: bool,
+        user: &str,
+    ) -> Result<(), Close> {
         let failed = format!("password authentication failed for user \"{user}\"");
         self.out.auth_sasl(scram::MECHANISM);
         self.flush().await?;
@@ -336,6 +371,7 @@ impl Connection {
         self.flush().await?;
         let client_final = self.auth_response().await?;
         match exchange.finish(verifier, &client_final) {
+            Ok(_) if !authentic => Err(self.fatal(sqlstate::INVALID_PASSWORD, &failed)),
             Ok(server_final) => {
                 self.out.auth_sasl_final(server_final.as_bytes());
                 Ok(())

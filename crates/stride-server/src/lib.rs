@@ -38,17 +38,28 @@ use tokio::net::TcpListener;
 /// How clients authenticate.
 #[derive(Debug, Clone, Default)]
 pub enum Auth {
-    /// Any user name, no password (the default; the server listens on
-    /// loopback unless told otherwise).
+    /// No password (the default; the server listens on loopback unless told
+    /// otherwise). A client naming a role connects as that role (which
+    /// needs `LOGIN`, else 28000); any other name connects with the
+    /// bootstrap superuser's privileges — no more than naming the bootstrap
+    /// superuser would give it, since nothing is verified. (PostgreSQL
+    /// refuses unknown names even under `trust`; Stride keeps `psql -U me`
+    /// working on a password-less development server. Privilege separation
+    /// needs [`Auth::Scram`].)
     #[default]
     Trust,
-    /// Every user must prove knowledge of one password by SCRAM-SHA-256;
-    /// the server keeps only its verifier.
+    /// Every client proves its role's password by SCRAM-SHA-256 against the
+    /// verifier in the engine's role catalog. The verifier given here is
+    /// the bootstrap superuser's password: [`Server::bind`] stores it in the
+    /// catalog. An unknown role, a role without a password and a wrong
+    /// password fail alike (28P01, one message); a role without `LOGIN`
+    /// that proved its password gets 28000.
     Scram(scram::Verifier),
 }
 
 impl Auth {
-    /// SCRAM-SHA-256 with `password` (a fresh salt per call).
+    /// SCRAM-SHA-256, `password` being the bootstrap superuser's (a fresh
+    /// salt per call).
     pub fn password(password: &str) -> Auth {
         Auth::Scram(scram::Verifier::new(password))
     }
@@ -110,6 +121,9 @@ pub struct Shared {
     cancel_keys: Mutex<HashMap<(i32, i32), Arc<Interrupt>>>,
     /// Randomly keyed (per process) hasher that makes secret keys.
     keys: RandomState,
+    /// Random per server: derives the stand-in verifiers of names that are
+    /// no role (or have no password), the same for every attempt at a name.
+    mock_key: Vec<u8>,
 }
 
 impl Shared {
@@ -145,6 +159,22 @@ impl Shared {
     fn lock_keys(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, i32), Arc<Interrupt>>> {
         self.cancel_keys.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// What the SCRAM exchange of `user` runs against when `user` has no
+    /// verifier (no such role, or no password): a salt and keys that look
+    /// like a real verifier's, stable per name (as PostgreSQL's mock
+    /// authentication), so that neither the exchange nor its timing tells
+    /// whether the role exists. No password proves it.
+    fn mock_verifier(&self, user: &str) -> scram::Verifier {
+        use stride_sql::scram::hmac;
+        let derive = |what: &str| hmac(&self.mock_key, format!("{what}\0{user}").as_bytes());
+        stride_sql::scram::Verifier::from_keys(
+            &derive("salt")[..stride_sql::scram::SALT_BYTES],
+            scram::ITERATIONS,
+            derive("stored"),
+            derive("server"),
+        )
+    }
 }
 
 /// The tokio runtime a server runs on: its threads (connection tasks and the
@@ -168,7 +198,16 @@ pub struct Server {
 }
 
 impl Server {
+    /// Listens on `config.listen`. With [`Auth::Scram`], its verifier
+    /// becomes the bootstrap superuser's password in the engine's role
+    /// catalog.
     pub async fn bind(engine: Arc<Engine>, config: ServerConfig) -> Result<Server, ServerError> {
+        if let Auth::Scram(verifier) = &config.auth {
+            engine
+                .roles()
+                .set_password(stride_sql::roles::BOOTSTRAP_ROLE_ID, Some(verifier.clone()))
+                .map_err(|e| ServerError::Io(std::io::Error::other(e.to_string())))?;
+        }
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -185,6 +224,7 @@ impl Server {
                 next_pid: AtomicI32::new(1),
                 cancel_keys: Mutex::new(HashMap::new()),
                 keys: RandomState::new(),
+                mock_key: scram::random_bytes(32),
             }),
         })
     }

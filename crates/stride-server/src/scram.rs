@@ -10,7 +10,9 @@
 //! ```
 //!
 //! The server keeps only a [`Verifier`] (salt, iteration count, stored key,
-//! server key), never the password. The client proves it knows the password
+//! server key) per role, in the engine's role catalog
+//! (`stride_sql::roles`; the type and its derivation live in
+//! `stride_sql::scram`), never the password. The client proves it knows the password
 //! without sending it; the server proves it knows the verifier. As in
 //! PostgreSQL, the user name inside the exchange is ignored (the startup
 //! packet's counts), channel binding is not offered (a client that insists
@@ -19,33 +21,12 @@
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
+use stride_sql::scram::hmac;
+pub use stride_sql::scram::{random_bytes, Verifier, ITERATIONS, MECHANISM};
 
-/// The mechanism name sent in AuthenticationSASL.
-pub const MECHANISM: &str = "SCRAM-SHA-256";
-/// PBKDF2 iterations for verifiers made here (PostgreSQL's default).
-pub const ITERATIONS: u32 = 4096;
-/// Bytes of server nonce (PostgreSQL: 18) and of salt (PostgreSQL: 16).
+/// Bytes of server nonce (PostgreSQL: 18).
 const NONCE_BYTES: usize = 18;
-const SALT_BYTES: usize = 16;
-
-type HmacSha256 = Hmac<Sha256>;
-
-/// What the server stores of a password.
-#[derive(Clone)]
-pub struct Verifier {
-    salt: Vec<u8>,
-    iterations: u32,
-    stored_key: [u8; 32],
-    server_key: [u8; 32],
-}
-
-impl std::fmt::Debug for Verifier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Verifier(SCRAM-SHA-256, secret)")
-    }
-}
 
 /// Why an exchange failed. Every variant is answered with 28P01 (or 08P01
 /// for a malformed message) and the connection closes.
@@ -59,60 +40,6 @@ pub enum ScramError {
     Nonce,
     #[error("wrong password")]
     Proof,
-}
-
-fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
-    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
-    mac.update(data);
-    mac.finalize().into_bytes().into()
-}
-
-/// PBKDF2-HMAC-SHA-256 with one output block (RFC 8018 §5.2, dkLen = 32).
-fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
-    let mut block = salt.to_vec();
-    block.extend_from_slice(&1u32.to_be_bytes());
-    let mut u = hmac(password, &block);
-    let mut out = u;
-    for _ in 1..iterations {
-        u = hmac(password, &u);
-        for (o, x) in out.iter_mut().zip(u) {
-            *o ^= x;
-        }
-    }
-    out
-}
-
-/// The password as SCRAM hashes it: SASLprep'd when possible.
-fn normalize(password: &str) -> Vec<u8> {
-    match stringprep::saslprep(password) {
-        Ok(p) => p.into_owned().into_bytes(),
-        Err(_) => password.as_bytes().to_vec(),
-    }
-}
-
-/// Fresh random bytes from the OS.
-pub fn random_bytes(n: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; n];
-    getrandom::fill(&mut buf).expect("the OS random number generator failed");
-    buf
-}
-
-impl Verifier {
-    /// A verifier of `password` with a fresh random salt.
-    pub fn new(password: &str) -> Verifier {
-        Verifier::with_salt(password, &random_bytes(SALT_BYTES), ITERATIONS)
-    }
-
-    fn with_salt(password: &str, salt: &[u8], iterations: u32) -> Verifier {
-        let salted = salted_password(&normalize(password), salt, iterations);
-        let client_key = hmac(&salted, b"Client Key");
-        Verifier {
-            salt: salt.to_vec(),
-            iterations,
-            stored_key: Sha256::digest(client_key).into(),
-            server_key: hmac(&salted, b"Server Key"),
-        }
-    }
 }
 
 /// One exchange, between the client's first message and its final one.
@@ -189,8 +116,8 @@ impl Exchange {
         let nonce = format!("{client_nonce}{server_nonce}");
         let server_first = format!(
             "r={nonce},s={},i={}",
-            B64.encode(&verifier.salt),
-            verifier.iterations
+            B64.encode(verifier.salt()),
+            verifier.iterations()
         );
         Ok((
             Exchange {
@@ -228,7 +155,7 @@ impl Exchange {
             "{},{},{without_proof}",
             self.client_first_bare, self.server_first
         );
-        let client_signature = hmac(&verifier.stored_key, auth_message.as_bytes());
+        let client_signature = hmac(verifier.stored_key(), auth_message.as_bytes());
         let mut client_key = [0u8; 32];
         for (k, (p, s)) in client_key
             .iter_mut()
@@ -240,12 +167,12 @@ impl Exchange {
         // Constant time: the comparison does not stop at the first difference.
         let differs = computed
             .iter()
-            .zip(verifier.stored_key)
+            .zip(verifier.stored_key())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b));
         if differs != 0 {
             return Err(ScramError::Proof);
         }
-        let server_signature = hmac(&verifier.server_key, auth_message.as_bytes());
+        let server_signature = hmac(verifier.server_key(), auth_message.as_bytes());
         Ok(format!("v={}", B64.encode(server_signature)))
     }
 }
@@ -253,6 +180,7 @@ impl Exchange {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stride_sql::scram::{normalize, salted_password};
 
     /// The client's side, written from RFC 5802 §3 for the test.
     fn client_final(

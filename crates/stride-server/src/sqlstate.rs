@@ -1,5 +1,6 @@
 //! Engine errors as PostgreSQL SQLSTATE codes.
 
+use stride_exec::ErrorKind;
 use stride_sql::SqlError;
 
 pub const SYNTAX_ERROR: &str = "42601";
@@ -23,11 +24,16 @@ pub const CARDINALITY_VIOLATION: &str = "21000";
 pub const DUPLICATE_OBJECT: &str = "42710";
 pub const DATATYPE_MISMATCH: &str = "42804";
 pub const INTERNAL_ERROR: &str = "XX000";
+pub const OUT_OF_MEMORY: &str = "53200";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
 pub const STATEMENT_TOO_COMPLEX: &str = "54001";
 pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
 pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
 pub const INVALID_AUTHORIZATION_SPECIFICATION: &str = "28000";
+pub const DEPENDENT_OBJECTS_STILL_EXIST: &str = "2BP01";
+pub const OBJECT_IN_USE: &str = "55006";
+pub const INVALID_GRANT_OPERATION: &str = "0LP01";
+pub const RESERVED_NAME: &str = "42939";
 
 /// The SQLSTATE of an engine error.
 pub fn of(e: &SqlError) -> &'static str {
@@ -68,25 +74,22 @@ pub fn of(e: &SqlError) -> &'static str {
         SqlError::PlanInvalidated(_) => FEATURE_NOT_SUPPORTED,
         SqlError::NumericOutOfRange(_) => NUMERIC_VALUE_OUT_OF_RANGE,
         SqlError::InsufficientPrivilege(_) => INSUFFICIENT_PRIVILEGE,
+        SqlError::DuplicateObject(_) => DUPLICATE_OBJECT,
+        SqlError::UndefinedObject(_) => UNDEFINED_OBJECT,
+        SqlError::DependentObjects(_) => DEPENDENT_OBJECTS_STILL_EXIST,
+        SqlError::ObjectInUse(_) => OBJECT_IN_USE,
+        SqlError::InvalidGrant(_) => INVALID_GRANT_OPERATION,
+        SqlError::ReservedName(_) => RESERVED_NAME,
         SqlError::UndefinedPreparedStatement(_) => INVALID_SQL_STATEMENT_NAME,
-        SqlError::Exec(e) if e.data_error_kind().is_some() => match e.data_error_kind() {
-            Some(stride_exec::DataErrorKind::Overflow) => NUMERIC_VALUE_OUT_OF_RANGE,
-            _ => DIVISION_BY_ZERO,
+        SqlError::Exec(e) => match e.kind() {
+            Some(ErrorKind::Overflow) => NUMERIC_VALUE_OUT_OF_RANGE,
+            Some(ErrorKind::DivisionByZero) => DIVISION_BY_ZERO,
+            Some(ErrorKind::OutOfMemory) => OUT_OF_MEMORY,
+            Some(ErrorKind::Cancelled) => QUERY_CANCELED,
+            Some(ErrorKind::CardinalityViolation) => CARDINALITY_VIOLATION,
+            Some(ErrorKind::InvalidData) => DATA_EXCEPTION,
+            None => INTERNAL_ERROR,
         },
-        SqlError::Exec(e) => {
-            let m = e.to_string().to_ascii_lowercase();
-            if m.contains("cancelled") || m.contains("canceled") {
-                QUERY_CANCELED
-            } else if m.contains("divide by zero") || m.contains("division by zero") {
-                DIVISION_BY_ZERO
-            } else if m.contains("more than one row") {
-                CARDINALITY_VIOLATION
-            } else if m.contains("overflow") || m.contains("cast") || m.contains("parse") {
-                DATA_EXCEPTION
-            } else {
-                INTERNAL_ERROR
-            }
-        }
         SqlError::Storage(e) => {
             let m = e.to_string().to_ascii_lowercase();
             if m.contains("already exists") {
@@ -124,5 +127,34 @@ mod tests {
         assert_eq!(of(&SqlError::Timeout), "57014");
         assert_eq!(of(&SqlError::TooComplex("x".into())), "54001");
         assert_eq!(of(&SqlError::Internal("x".into())), "XX000");
+        assert_eq!(of(&SqlError::InsufficientPrivilege("x".into())), "42501");
+        assert_eq!(of(&SqlError::DuplicateObject("x".into())), "42710");
+        assert_eq!(of(&SqlError::UndefinedObject("x".into())), "42704");
+        assert_eq!(of(&SqlError::DependentObjects("x".into())), "2BP01");
+    }
+
+    #[test]
+    fn executor_errors_by_their_typed_kind() {
+        use stride_exec::memory::MemoryScope;
+        use stride_exec::ExecError;
+        let oom = ExecError::MemoryExhausted {
+            scope: MemoryScope::Query,
+            what: "sort".into(),
+            requested: 10,
+            used: 5,
+            limit: 12,
+        };
+        assert_eq!(of(&SqlError::Exec(oom)), "53200");
+        // Wrapped the way a failed task returns it to the scheduler.
+        let task = stride_sched::TaskError::new(ExecError::CardinalityViolation("2 rows".into()));
+        let wrapped = ExecError::Query(stride_sched::QueryError::Failed(task));
+        assert_eq!(of(&SqlError::Exec(wrapped)), "21000");
+        let cast = ExecError::Arrow(arrow::error::ArrowError::CastError("x".into()));
+        assert_eq!(of(&SqlError::Exec(cast)), "22000");
+        assert_eq!(
+            of(&SqlError::Exec(ExecError::Internal("cancelled? no".into()))),
+            "XX000",
+            "a message is never read for its code"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! The engine's record of active and recent queries, and the system views
-//! `stride.queries`, `stride.workers` and `stride.tuning` (see [`system_table`]).
+//! `stride.queries`, `stride.workers` and `stride.tuning` (see [`system_table`]),
+//! and `stride.memory` ([`memory_table`]).
 //!
 //! Every query a session runs (one statement, including a statement's
 //! scalar subqueries) is registered when it starts and moved to a bounded
@@ -177,6 +178,7 @@ fn queries_table(log: &QueryLog) -> Result<Table> {
         f("cpu_ms", DataType::Float64),
         f("estimated_cpu_ms", DataType::Float64),
         f("finalize_ms", DataType::Float64),
+        f("memory_peak_bytes", DataType::Int64),
         f("task_sets", DataType::Int64),
         f("tasks", DataType::Int64),
         f("morsels", DataType::Int64),
@@ -229,6 +231,10 @@ fn queries_table(log: &QueryLog) -> Result<Table> {
         Arc::new(Float64Array::from_iter(
             rows.iter()
                 .map(|r| done(r).then(|| ms(r.stats.finalize_time))),
+        )),
+        Arc::new(Int64Array::from_iter(
+            rows.iter()
+                .map(|r| done(r).then_some(r.stats.memory_peak as i64)),
         )),
         Arc::new(Int64Array::from_iter(
             rows.iter()
@@ -404,4 +410,31 @@ fn tuning_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     Ok(Table::new("tuning".to_string(), schema, vec![batch])?)
+}
+
+/// `stride.memory`: one row with the server-wide limit, what all queries
+/// hold now and at most so far, how many charges were refused (each failed
+/// its query with 53200), and the default share of one query.
+pub fn memory_table(pool: &stride_exec::MemoryPool, query_limit: usize) -> Result<Table> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("memory_limit_bytes", DataType::Int64, false),
+        Field::new("used_bytes", DataType::Int64, false),
+        Field::new("peak_bytes", DataType::Int64, false),
+        Field::new("refused_charges", DataType::Int64, false),
+        Field::new("query_memory_limit_bytes", DataType::Int64, false),
+    ]));
+    let int = |v: usize| -> ArrayRef {
+        Arc::new(Int64Array::from(vec![v.min(i64::MAX as usize) as i64]))
+    };
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            int(pool.limit()),
+            int(pool.used()),
+            int(pool.peak()),
+            int(pool.refusals()),
+            int(query_limit),
+        ],
+    )?;
+    Ok(Table::new("memory".to_string(), schema, vec![batch])?)
 }

@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::config::ConfigOptions;
+use datafusion_common::ScalarValue;
 use datafusion_common::{DataFusionError, TableReference};
 use datafusion_expr::planner::{ContextProvider, ExprPlanner};
 use datafusion_expr::{
-    AggregateUDF, HigherOrderUDF, ScalarUDF, TableProviderFilterPushDown, TableSource, WindowUDF,
+    AggregateUDF, ColumnarValue, HigherOrderUDF, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, TableProviderFilterPushDown, TableSource, Volatility, WindowUDF,
 };
 use stride_storage::{Catalog, Table};
 
@@ -97,6 +99,42 @@ impl Default for FunctionRegistry {
     }
 }
 
+/// Functions whose value is the session's role (SQL's special functions,
+/// written without parentheses).
+const SESSION_FUNCTIONS: &[&str] = &["current_user", "session_user", "current_role"];
+
+/// `current_user` and its kin: a constant of the statement's session, so
+/// the optimizer folds it into a literal.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SessionConstant {
+    name: String,
+    value: String,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for SessionConstant {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion_common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(
+        &self,
+        _args: ScalarFunctionArgs,
+    ) -> datafusion_common::Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            self.value.clone(),
+        ))))
+    }
+}
+
 /// Resolves names against the catalog for one statement.
 pub struct PlannerContext<'a> {
     pub catalog: &'a Catalog,
@@ -105,6 +143,9 @@ pub struct PlannerContext<'a> {
     pub options: &'a ConfigOptions,
     /// Builds the system views of schema `stride` (a snapshot per statement).
     pub system: &'a dyn Fn(&str) -> crate::error::Result<Option<stride_storage::Table>>,
+    /// The session's role: the value of `current_user`, `session_user` and
+    /// `current_role`.
+    pub session_user: &'a str,
 }
 
 impl PlannerContext<'_> {
@@ -148,6 +189,13 @@ impl ContextProvider for PlannerContext<'_> {
     }
 
     fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        if SESSION_FUNCTIONS.contains(&name) {
+            return Some(Arc::new(ScalarUDF::new_from_impl(SessionConstant {
+                name: name.to_string(),
+                value: self.session_user.to_string(),
+                signature: Signature::nullary(Volatility::Stable),
+            })));
+        }
         self.functions.scalars.get(name).cloned()
     }
 

@@ -42,6 +42,30 @@ use crate::settings::SessionSettings;
 #[derive(Debug, Clone, Default)]
 pub struct EngineConfig {
     pub scheduler: SchedulerConfig,
+    pub memory: MemoryConfig,
+}
+
+/// Memory governance (see `stride_exec::memory`).
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryConfig {
+    /// Bytes all queries together may hold (`stride.memory_limit`).
+    pub limit: usize,
+    /// Bytes one query may hold unless its session sets
+    /// `stride.query_memory_limit`; never more than `limit`.
+    pub query_limit: usize,
+}
+
+impl Default for MemoryConfig {
+    /// [`stride_exec::memory::default_limit`] (80% of the machine's or the
+    /// cgroup's memory), and half of it for one query, so that one runaway
+    /// query leaves room for the others.
+    fn default() -> Self {
+        let limit = stride_exec::memory::default_limit();
+        MemoryConfig {
+            limit,
+            query_limit: limit / 2,
+        }
+    }
 }
 
 /// Which server-side files statements may read (`CREATE EXTERNAL TABLE`).
@@ -127,6 +151,12 @@ pub struct Engine {
     default_schema: Mutex<String>,
     /// Which server-side files statements may read.
     file_access: Mutex<FileAccess>,
+    /// Roles, table owners and grants.
+    roles: crate::roles::Roles,
+    /// The memory all queries are charged to.
+    memory: Arc<stride_exec::MemoryPool>,
+    /// The default share of one query (bytes; Relaxed: a plain setting).
+    query_memory_limit: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Engine {
@@ -192,7 +222,30 @@ impl Engine {
             next_session: AtomicU64::new(1),
             default_schema: Mutex::new(DEFAULT_SCHEMA.to_string()),
             file_access: Mutex::new(FileAccess::Denied),
+            roles: crate::roles::Roles::new(),
+            memory: stride_exec::MemoryPool::new(config.memory.limit),
+            query_memory_limit: std::sync::atomic::AtomicUsize::new(config.memory.query_limit),
         })
+    }
+
+    /// The memory pool every query is charged to.
+    pub fn memory(&self) -> &Arc<stride_exec::MemoryPool> {
+        &self.memory
+    }
+
+    /// Sets the server-wide memory limit (`stride.memory_limit`).
+    pub fn set_memory_limit(&self, bytes: usize) {
+        self.memory.set_limit(bytes);
+    }
+
+    /// The share of one query whose session did not set its own.
+    pub fn query_memory_limit(&self) -> usize {
+        self.query_memory_limit.load(Ordering::Relaxed)
+    }
+
+    /// Sets the default share of one query.
+    pub fn set_query_memory_limit(&self, bytes: usize) {
+        self.query_memory_limit.store(bytes, Ordering::Relaxed);
     }
 
     /// Sets which server-side files statements may read.
@@ -240,14 +293,52 @@ impl Engine {
         Ok(())
     }
 
-    /// A session of the default user.
-    pub fn session(self: &Arc<Self>) -> Session {
-        self.session_for("stride")
+    /// Roles, table owners and grants.
+    pub fn roles(&self) -> &crate::roles::Roles {
+        &self.roles
     }
 
-    /// A session of `user` (as named by a client; shown in `stride.queries`).
+    /// The system view `stride.<name>`, built now; `None`: no such view.
+    pub fn system_view(&self, name: &str) -> Result<Option<Table>> {
+        match name {
+            "roles" => self.roles.roles_table().map(Some),
+            "table_privileges" => self.roles.table_privileges_table(&self.catalog).map(Some),
+            "memory" => {
+                crate::activity::memory_table(&self.memory, self.query_memory_limit()).map(Some)
+            }
+            _ => crate::activity::system_table(name, &self.log, &self.scheduler),
+        }
+    }
+
+    /// A session of the bootstrap superuser (the command line, embedded
+    /// use, tests): every privilege.
+    pub fn session(self: &Arc<Self>) -> Session {
+        self.session_as(
+            crate::roles::BOOTSTRAP_ROLE_ID,
+            crate::roles::BOOTSTRAP_ROLE,
+        )
+    }
+
+    /// A session of the role named `user`; a name that is not a role gets
+    /// no privileges.
     pub fn session_for(self: &Arc<Self>, user: &str) -> Session {
+        let role = self
+            .roles
+            .by_name(user)
+            .map_or(crate::roles::NO_ROLE, |r| r.id);
+        self.session_as(role, user)
+    }
+
+    /// A session with the privileges of role `role`, shown in
+    /// `stride.queries` as `user` (the name the client gave).
+    pub fn session_as(self: &Arc<Self>, role: crate::roles::RoleId, user: &str) -> Session {
+        let role_name = self
+            .roles
+            .get(role)
+            .map_or_else(|| user.to_string(), |r| r.name);
         Session {
+            role,
+            role_name,
             engine: self.clone(),
             default_schema: self
                 .default_schema
@@ -268,6 +359,8 @@ impl Engine {
     pub fn add_tables(&self, schema: &str, tables: Vec<Table>) -> Result<()> {
         self.catalog.create_schema(schema, true)?;
         for t in tables {
+            // The bootstrap superuser owns tables loaded outside SQL.
+            self.roles.table_dropped(schema, t.name());
             self.catalog.put_table(schema, t, true)?;
         }
         Ok(())
@@ -299,7 +392,12 @@ pub struct Session {
     default_schema: String,
     /// Unique per engine; shown in `stride.queries`.
     id: u64,
+    /// The name the client gave (shown in `stride.queries`).
     user: String,
+    /// The role whose privileges the session has (`current_user`).
+    role: crate::roles::RoleId,
+    /// Its name when the session began (kept should the role be dropped).
+    role_name: String,
     settings: SessionSettings,
     transaction: TransactionState,
     interrupt: Arc<Interrupt>,
@@ -446,6 +544,8 @@ enum PreparedKind {
     /// `DISCARD ALL`: settings back to their defaults, every prepared
     /// statement deallocated.
     DiscardAll,
+    /// `CREATE` / `ALTER` / `DROP ROLE`, `GRANT`, `REVOKE`.
+    Role(crate::roles::RoleStatement),
 }
 
 impl Prepared {
@@ -568,14 +668,15 @@ impl Session {
 
     fn to_logical(&self, stmt: DFStatement) -> Result<LogicalPlan> {
         let engine = &self.engine;
-        let system =
-            |name: &str| crate::activity::system_table(name, &engine.log, &engine.scheduler);
+        let system = |name: &str| engine.system_view(name);
+        let session_user = self.current_user();
         let ctx = PlannerContext {
             catalog: &engine.catalog,
             functions: &engine.functions,
             default_schema: &self.default_schema,
             options: &engine.options,
             system: &system,
+            session_user: &session_user,
         };
         let options = ParserOptions::default()
             .with_parse_float_as_decimal(true)
@@ -601,6 +702,24 @@ impl Session {
     /// Session id (unique per engine).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The role whose privileges the session has.
+    pub fn role(&self) -> crate::roles::RoleId {
+        self.role
+    }
+
+    /// The name of the session's role (`current_user`, `session_user`).
+    pub fn current_user(&self) -> String {
+        self.engine
+            .roles
+            .get(self.role)
+            .map_or_else(|| self.role_name.clone(), |r| r.name)
+    }
+
+    /// Whether the session's role is a superuser (now).
+    pub fn is_superuser(&self) -> bool {
+        self.engine.roles.is_superuser(self.role)
     }
 
     /// The session's settings.
@@ -716,6 +835,19 @@ impl Session {
                     sql,
                 });
             }
+            if let Some(role_statement) =
+                crate::roles::RoleStatement::from_sql(s, &self.default_schema)
+            {
+                let role_statement = role_statement?;
+                // The text may hold a password: only the command is kept.
+                let sql = role_statement.tag().to_string();
+                return Ok(Prepared {
+                    kind: PreparedKind::Role(role_statement),
+                    param_types: Vec::new(),
+                    schema: None,
+                    sql,
+                });
+            }
         }
         let plan = crate::limits::rebalance_boolean_chains(self.to_logical(stmt)?)?;
         crate::limits::check_depth(&plan)?;
@@ -801,6 +933,17 @@ impl Session {
                     tag: "DISCARD ALL".into(),
                 })
             }
+            PreparedKind::Role(statement) => {
+                self.transaction.wrote |= self.transaction.open;
+                // Logged by its command tag alone: the text may hold a password.
+                self.logged(&prepared.sql, |s| {
+                    let tag = s
+                        .engine
+                        .roles
+                        .execute(s.role, statement, &s.engine.catalog)?;
+                    Ok(command(tag))
+                })
+            }
             PreparedKind::Plan(plan) => {
                 let plan = self.rebind(plan.clone())?;
                 let plan = if params.is_empty() {
@@ -808,6 +951,7 @@ impl Session {
                 } else {
                     plan.with_param_values(params)?
                 };
+                self.authorize(&plan)?;
                 self.dispatch(plan, &prepared.sql)
             }
         }
@@ -826,13 +970,9 @@ impl Session {
                     })
                 }
                 SourceOrigin::System { view } => {
-                    crate::activity::system_table(view, &engine.log, &engine.scheduler)?
-                        .map(Arc::new)
-                        .ok_or_else(|| {
-                            SqlError::Undefined(format!(
-                                "relation \"stride.{view}\" does not exist"
-                            ))
-                        })
+                    engine.system_view(view)?.map(Arc::new).ok_or_else(|| {
+                        SqlError::Undefined(format!("relation \"stride.{view}\" does not exist"))
+                    })
                 }
             }
         };
@@ -860,6 +1000,89 @@ impl Session {
         })
         .map(|t| t.data)
         .map_err(internal_of)
+    }
+
+    /// Checks a bound statement against the session's role before it runs
+    /// (once per execution, prepared statements included): `SELECT` on
+    /// every table it reads (its scans, subqueries' too), `INSERT` /
+    /// `UPDATE` / `DELETE` on a DML target, `CREATE` on the schema of a new
+    /// table, ownership to drop or replace a table, `SUPERUSER` for schemas,
+    /// server-side files (external tables, `COPY`) and engine-wide settings
+    /// ([`Session::set`]). Superusers pass every check.
+    fn authorize(&self, plan: &LogicalPlan) -> Result<()> {
+        use crate::roles::{SchemaPrivilege, TablePrivilege};
+        use datafusion_common::tree_node::TreeNodeRecursion;
+        let roles = &self.engine.roles;
+        if roles.is_superuser(self.role) {
+            return Ok(());
+        }
+        let superuser = |what: &str| {
+            roles.require_superuser(self.role, || {
+                format!("permission denied to {what}: only superusers may")
+            })
+        };
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
+                let (schema, table) = self.table_name(&c.name);
+                roles.check_schema(self.role, &schema, SchemaPrivilege::Create)?;
+                if c.or_replace && self.engine.catalog.table(&schema, &table).is_ok() {
+                    roles.check_owner(self.role, &schema, &table)?;
+                }
+            }
+            LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_)) => {
+                superuser("read server files (CREATE EXTERNAL TABLE)")?
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(d)) => {
+                let (schema, table) = self.table_name(&d.name);
+                if self.engine.catalog.table(&schema, &table).is_ok() {
+                    roles.check_owner(self.role, &schema, &table)?;
+                }
+            }
+            LogicalPlan::Ddl(
+                DdlStatement::CreateCatalogSchema(_) | DdlStatement::DropCatalogSchema(_),
+            ) => superuser("create or drop schemas")?,
+            LogicalPlan::Copy(_) => superuser("read or write server files (COPY)")?,
+            _ => {}
+        }
+        // The table a DML statement writes needs that statement's privilege;
+        // UPDATE and DELETE plans scan their target, which needs no SELECT
+        // (Stride runs neither yet: they fail as unsupported after this).
+        let target = match plan {
+            LogicalPlan::Dml(dml) => {
+                let (schema, table) = self.table_name(&dml.table_name);
+                let (privilege, scans_target) = match dml.op {
+                    WriteOp::Insert(_) | WriteOp::Ctas => (TablePrivilege::Insert, false),
+                    WriteOp::Update => (TablePrivilege::Update, true),
+                    _ => (TablePrivilege::Delete, true),
+                };
+                roles.check_table(self.role, &schema, &table, privilege)?;
+                scans_target.then_some((schema, table))
+            }
+            _ => None,
+        };
+        let mut denied = None;
+        plan.apply_with_subqueries(|node| {
+            if let LogicalPlan::TableScan(scan) = node {
+                if let Some(source) = scan.source.downcast_ref::<StrideTableSource>() {
+                    if let SourceOrigin::Catalog { schema, table } = &source.origin {
+                        let is_target = target
+                            .as_ref()
+                            .is_some_and(|(s, t)| s == schema && t == table);
+                        if !is_target {
+                            if let Err(e) =
+                                roles.check_table(self.role, schema, table, TablePrivilege::Select)
+                            {
+                                denied = Some(e);
+                                return Ok(TreeNodeRecursion::Stop);
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(internal_of)?;
+        denied.map_or(Ok(()), Err)
     }
 
     fn dispatch(&mut self, plan: LogicalPlan, sql: &str) -> Result<StatementOutput> {
@@ -951,6 +1174,15 @@ impl Session {
         result
     }
 
+    /// The share of memory one query of this session may hold: its own
+    /// setting or the engine's default. The server's limit applies besides,
+    /// to all queries together.
+    pub fn query_memory_limit(&self) -> usize {
+        self.settings
+            .query_memory_limit
+            .unwrap_or_else(|| self.engine.query_memory_limit())
+    }
+
     /// Runs an optimized query plan: scalar subqueries first, then the plan.
     pub fn run_query(&self, plan: &LogicalPlan) -> Result<QueryOutput> {
         let start = Instant::now();
@@ -968,11 +1200,14 @@ impl Session {
         };
         self.interrupt.check()?;
         let interrupt = &self.interrupt;
+        let memory =
+            stride_exec::QueryMemory::new(self.engine.memory.clone(), self.query_memory_limit());
         let output = stride_exec::execute_with(
             &physical,
             schema,
             &self.engine.scheduler,
             facts,
+            &memory,
             &mut |canceller| {
                 let mut running = interrupt.running.lock().unwrap_or_else(|e| e.into_inner());
                 *running = canceller;
@@ -988,7 +1223,7 @@ impl Session {
             stride_exec::ExecError::Query(stride_sched::QueryError::Cancelled) => {
                 self.interrupt.stopped()
             }
-            e if e.data_error_kind() == Some(stride_exec::DataErrorKind::Overflow) => {
+            e if e.kind() == Some(stride_exec::ErrorKind::Overflow) => {
                 SqlError::NumericOutOfRange(format!("integer out of range ({e})"))
             }
             other => SqlError::Exec(other),
@@ -1005,6 +1240,7 @@ impl Session {
                     a.cpu_time += output.stats.cpu_time;
                     a.finalize_time += output.stats.finalize_time;
                     a.tasks += output.stats.tasks;
+                    a.memory_peak = a.memory_peak.max(output.stats.memory_peak);
                     a.morsels += output.stats.morsels;
                     a.tuples += output.stats.tuples;
                     a.task_sets += output.stats.task_sets;
@@ -1101,9 +1337,11 @@ impl Session {
                     })?;
                 Ok(ScalarValue::try_from_array(batch.column(0), 0)?)
             }
-            n => Err(SqlError::Exec(stride_exec::ExecError::Data(format!(
-                "more than one row returned by a subquery used as an expression ({n} rows)"
-            )))),
+            n => Err(SqlError::Exec(
+                stride_exec::ExecError::CardinalityViolation(format!(
+                    "more than one row returned by a subquery used as an expression ({n} rows)"
+                )),
+            )),
         }
     }
 
@@ -1185,7 +1423,11 @@ impl Session {
                     SchemaReference::Bare { schema } => schema.to_string(),
                     SchemaReference::Full { schema, .. } => schema.to_string(),
                 };
+                let existed = catalog.schema_exists(&name);
                 catalog.drop_schema(&name, d.if_exists, d.cascade)?;
+                if existed {
+                    self.engine.roles.schema_dropped(&name);
+                }
                 if self.default_schema == name {
                     self.default_schema = DEFAULT_SCHEMA.to_string();
                 }
@@ -1193,7 +1435,11 @@ impl Session {
             }
             DdlStatement::DropTable(d) => {
                 let (schema, table) = self.table_name(&d.name);
+                let existed = catalog.table(&schema, &table).is_ok();
                 catalog.drop_table(&schema, &table, d.if_exists)?;
+                if existed {
+                    self.engine.roles.table_dropped(&schema, &table);
+                }
                 Ok(command("DROP TABLE"))
             }
             DdlStatement::CreateMemoryTable(c) => {
@@ -1221,8 +1467,12 @@ impl Session {
                     let n = out.num_rows();
                     (out.batches, format!("SELECT {n}"))
                 };
-                let t = Table::new(table, arrow_schema, batches)?;
+                let existed = catalog.table(&schema, &table).is_ok();
+                let t = Table::new(table.clone(), arrow_schema, batches)?;
                 catalog.put_table(&schema, t, c.or_replace)?;
+                if !existed {
+                    self.engine.roles.table_created(&schema, &table, self.role);
+                }
                 Ok(command(&tag))
             }
             DdlStatement::CreateExternalTable(c) => {
@@ -1260,11 +1510,15 @@ impl Session {
                         )))
                     }
                 };
-                if catalog.table(&schema, &table).is_ok() && c.if_not_exists {
+                let existed = catalog.table(&schema, &table).is_ok();
+                if existed && c.if_not_exists {
                     return Ok(command("CREATE TABLE"));
                 }
-                let t = Table::new(table, file_schema, batches)?;
+                let t = Table::new(table.clone(), file_schema, batches)?;
                 catalog.put_table(&schema, t, c.or_replace)?;
+                if !existed {
+                    self.engine.roles.table_created(&schema, &table, self.role);
+                }
                 Ok(command("CREATE TABLE"))
             }
             other => Err(SqlError::Unsupported(other.name().to_string())),
@@ -1289,6 +1543,14 @@ impl Session {
 
     fn set(&mut self, variable: &str, value: &str) -> Result<StatementOutput> {
         let value = value.trim().trim_matches('\'').trim_matches('"');
+        // Engine-wide settings change every session: superusers only. Fail
+        // closed: whatever is not known to be session-scoped counts as
+        // engine-wide.
+        if !crate::settings::is_session_scoped(&self.settings, variable) {
+            self.engine.roles.require_superuser(self.role, || {
+                format!("permission denied to set parameter \"{variable}\"")
+            })?;
+        }
         match variable {
             "search_path" | "schema" => {
                 let first = value.split(',').next().unwrap_or("").trim();
@@ -1297,6 +1559,26 @@ impl Session {
             "stride.policy" => {
                 let policy = crate::settings::parse_policy(value)?;
                 self.engine.scheduler.set_policy(policy);
+            }
+            "stride.memory_limit" => {
+                let bytes = crate::settings::memory_size(variable, value)?;
+                self.engine.set_memory_limit(bytes);
+            }
+            "stride.query_memory_limit" => {
+                // A session may lower its share; only a superuser may take
+                // more than the engine's default.
+                let default = self.engine.query_memory_limit();
+                if !value.eq_ignore_ascii_case("default")
+                    && crate::settings::memory_size(variable, value)? > default
+                {
+                    self.engine.roles.require_superuser(self.role, || {
+                        format!(
+                            "permission denied to set parameter \"{variable}\" above {}",
+                            crate::settings::show_size(default)
+                        )
+                    })?;
+                }
+                self.settings.set(variable, value)?;
             }
             other => self.settings.set(other, value)?,
         }
@@ -1307,6 +1589,11 @@ impl Session {
         let rows: Vec<(String, String)> = match variable {
             "all" => {
                 let mut all = self.settings.all();
+                all.retain(|(name, _)| name != "is_superuser");
+                all.push((
+                    "is_superuser".into(),
+                    if self.is_superuser() { "on" } else { "off" }.into(),
+                ));
                 all.push(("search_path".into(), self.default_schema.clone()));
                 all.push((
                     "stride.policy".into(),
@@ -1316,10 +1603,31 @@ impl Session {
                     "stride.workers".into(),
                     self.engine.scheduler.config().workers.to_string(),
                 ));
+                all.push((
+                    "stride.memory_limit".into(),
+                    crate::settings::show_size(self.engine.memory.limit()),
+                ));
+                all.push((
+                    "stride.query_memory_limit".into(),
+                    crate::settings::show_size(self.query_memory_limit()),
+                ));
                 all.sort();
                 all
             }
+            "stride.memory_limit" => vec![(
+                variable.into(),
+                crate::settings::show_size(self.engine.memory.limit()),
+            )],
+            "stride.query_memory_limit" => vec![(
+                variable.into(),
+                crate::settings::show_size(self.query_memory_limit()),
+            )],
             "search_path" | "schema" => vec![(variable.into(), self.default_schema.clone())],
+            "is_superuser" => vec![(
+                variable.into(),
+                if self.is_superuser() { "on" } else { "off" }.into(),
+            )],
+            "session_authorization" => vec![(variable.into(), self.current_user())],
             "stride.workers" => vec![(
                 variable.into(),
                 self.engine.scheduler.config().workers.to_string(),

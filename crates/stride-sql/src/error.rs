@@ -32,6 +32,25 @@ pub enum SqlError {
     /// The session may not do this (SQLSTATE 42501).
     #[error("{0}")]
     InsufficientPrivilege(String),
+    /// An object of that name exists already (SQLSTATE 42710): a role.
+    #[error("{0}")]
+    DuplicateObject(String),
+    /// No object of that name (SQLSTATE 42704): a role.
+    #[error("{0}")]
+    UndefinedObject(String),
+    /// The object cannot be dropped while others depend on it (SQLSTATE
+    /// 2BP01): a role that owns tables, the bootstrap superuser.
+    #[error("{0}")]
+    DependentObjects(String),
+    /// The object is in use (SQLSTATE 55006): the session's own role.
+    #[error("{0}")]
+    ObjectInUse(String),
+    /// A privilege that does not apply to the object (SQLSTATE 0LP01).
+    #[error("{0}")]
+    InvalidGrant(String),
+    /// A name the system reserves (SQLSTATE 42939): `public`, `pg_*`.
+    #[error("{0}")]
+    ReservedName(String),
     /// An integer result out of its type's range (SQLSTATE 22003).
     #[error("{0}")]
     NumericOutOfRange(String),

@@ -621,6 +621,7 @@ mod tests {
                 pin_workers: false,
                 ..Default::default()
             },
+            ..Default::default()
         });
         let values: Vec<String> = (1..=4000)
             .map(|x| format!("({x}, '{}')", ["a", "b", "c", "d"][x % 4]))

@@ -16,6 +16,8 @@
 //! * [`settings`] — `SET`/`SHOW`: Stride's settings and PostgreSQL's;
 //! * [`limits`] — stack-safe planning: statement stacks, token and depth bounds;
 //! * [`integers`] — exact integer semantics: checked arithmetic, wide sums;
+//! * [`roles`] — roles, table owners, grants and the privilege checks;
+//!   [`scram`] — the SCRAM-SHA-256 verifiers roles keep of passwords;
 //! * [`history`] — recorded per-pipeline costs, SRPT's work estimates;
 //! * [`activity`] — the query log and the system views `stride.queries`,
 //!   `stride.workers`.
@@ -30,9 +32,12 @@ pub mod integers;
 pub mod join_order;
 pub mod limits;
 pub mod lower;
+pub mod roles;
+pub mod scram;
 pub mod settings;
 
 pub use engine::{
-    Engine, EngineConfig, FileAccess, Interrupt, Prepared, QueryOutput, Session, StatementOutput,
+    Engine, EngineConfig, FileAccess, Interrupt, MemoryConfig, Prepared, QueryOutput, Session,
+    StatementOutput,
 };
 pub use error::SqlError;

@@ -155,10 +155,40 @@ pub fn check_tokens(sql: &str) -> Result<()> {
 /// token bound first, then the parser's recursion limit; a text beyond
 /// either fails with [`SqlError::TooComplex`], other bad text with
 /// [`SqlError::Syntax`].
+///
+/// A request holding role statements (`CREATE ROLE` …, `GRANT`, `REVOKE`)
+/// is cut at its statements: those parse in sqlparser's PostgreSQL dialect
+/// (see [`crate::roles`]), the others in DataFusion's parser as always.
 pub fn parse(sql: &str) -> Result<std::collections::VecDeque<datafusion_sql::parser::Statement>> {
-    use datafusion_common::DataFusionError;
     use datafusion_sql::sqlparser::parser::ParserError;
     check_tokens(sql)?;
+    let Some(pieces) = crate::roles::split_role_statements(sql) else {
+        return parse_plain(sql);
+    };
+    let mut out = std::collections::VecDeque::new();
+    for piece in pieces {
+        match piece {
+            crate::roles::Piece::Plain(text) => out.extend(parse_plain(text)?),
+            crate::roles::Piece::Role { text, create_user } => {
+                let stmt =
+                    crate::roles::parse_role_statement(&text, create_user, PARSER_RECURSION_LIMIT)
+                        .map_err(|e| match e {
+                            ParserError::RecursionLimitExceeded => too_complex(format!(
+                                "the text nests more than {PARSER_RECURSION_LIMIT} levels deep"
+                            )),
+                            other => SqlError::Syntax(other.to_string()),
+                        })?;
+                out.push_back(datafusion_sql::parser::Statement::Statement(Box::new(stmt)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// [`parse`] by DataFusion's parser alone.
+fn parse_plain(sql: &str) -> Result<std::collections::VecDeque<datafusion_sql::parser::Statement>> {
+    use datafusion_common::DataFusionError;
+    use datafusion_sql::sqlparser::parser::ParserError;
     let parsed = datafusion_sql::parser::DFParserBuilder::new(sql)
         .with_recursion_limit(PARSER_RECURSION_LIMIT)
         .build()

@@ -7,6 +7,8 @@
 //! | `stride.user_priority`       | session | a number > 0 (scales p0 and p_min)       |
 //! | `stride.static_priority`     | session | on / off: this session's queries never decay |
 //! | `stride.workers`             | engine  | read-only                               |
+//! | `stride.memory_limit`        | engine  | a size (`4GB`): all queries together     |
+//! | `stride.query_memory_limit`  | session | a size: one query of this session        |
 //! | `search_path`                | session | an existing schema                      |
 //! | PostgreSQL client settings   | session | see [`PG_SETTINGS`]                     |
 //!
@@ -51,6 +53,8 @@ pub struct SessionSettings {
     pub user_priority: f64,
     /// This session's queries keep their initial priority.
     pub static_priority: bool,
+    /// Bytes one query of this session may hold; `None`: the engine's default.
+    pub query_memory_limit: Option<usize>,
     /// PostgreSQL settings, lower-case names.
     pg: BTreeMap<String, String>,
 }
@@ -60,6 +64,7 @@ impl Default for SessionSettings {
         SessionSettings {
             user_priority: 1.0,
             static_priority: false,
+            query_memory_limit: None,
             pg: PG_SETTINGS
                 .iter()
                 .map(|(k, v, _)| (k.to_string(), v.to_string()))
@@ -100,6 +105,14 @@ impl SessionSettings {
             }
             "stride.static_priority" => {
                 self.static_priority = parse_bool(name, value)?;
+                Ok(())
+            }
+            "stride.query_memory_limit" => {
+                self.query_memory_limit = if value.eq_ignore_ascii_case("default") {
+                    None
+                } else {
+                    Some(memory_size(name, value)?)
+                };
                 Ok(())
             }
             "stride.workers" => Err(SqlError::Setting(
@@ -155,6 +168,11 @@ impl SessionSettings {
             "stride.static_priority" => {
                 Some(if self.static_priority { "on" } else { "off" }.to_string())
             }
+            // The engine's default stands where the session set none.
+            "stride.query_memory_limit" => Some(
+                self.query_memory_limit
+                    .map_or_else(|| "default".to_string(), show_size),
+            ),
             _ => self.pg.get(name).cloned(),
         }
     }
@@ -198,6 +216,37 @@ pub fn duration_ms(value: &str) -> Option<u64> {
     (ms.is_finite() && (0.0..=i32::MAX as f64).contains(&ms)).then_some(ms as u64)
 }
 
+/// Whether `SET name` changes only the session that runs it: `search_path`
+/// and every setting [`SessionSettings`] holds (Stride's per-session ones,
+/// the PostgreSQL client settings). Every other setting counts as
+/// engine-wide — it changes every session — and only superusers may set it;
+/// an engine-wide setting added later is covered without being listed.
+pub fn is_session_scoped(settings: &SessionSettings, name: &str) -> bool {
+    matches!(name, "search_path" | "schema" | "stride.workers") || settings.get(name).is_some()
+}
+
+/// Parses a memory setting's value ([`stride_exec::memory::parse_size`]);
+/// zero is refused (no query could run).
+pub fn memory_size(name: &str, value: &str) -> Result<usize> {
+    match stride_exec::memory::parse_size(value) {
+        Some(bytes) if bytes > 0 => Ok(bytes),
+        _ => Err(SqlError::Setting(format!(
+            "invalid value for parameter \"{name}\": \"{value}\" (a size such as 512MB or 4GB)"
+        ))),
+    }
+}
+
+/// A byte count as PostgreSQL shows a memory setting: in the largest unit
+/// that divides it (`4GB`, `1536MB`, `100B`).
+pub fn show_size(bytes: usize) -> String {
+    for (shift, unit) in [(40, "TB"), (30, "GB"), (20, "MB"), (10, "kB")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes}B")
+}
+
 /// Parses a policy name for `SET stride.policy`.
 pub fn parse_policy(value: &str) -> Result<Policy> {
     Policy::parse(value).ok_or_else(|| {
@@ -233,6 +282,23 @@ mod tests {
         assert!(s.set("server_version", "9.0").is_err());
         assert!(s.set("no_such_thing", "1").is_err());
         assert!(s.set("stride.workers", "4").is_err());
+    }
+
+    #[test]
+    fn memory_settings_take_postgresql_sizes() {
+        let mut s = SessionSettings::default();
+        assert_eq!(s.get("stride.query_memory_limit").unwrap(), "default");
+        s.set("stride.query_memory_limit", "1GB").unwrap();
+        assert_eq!(s.query_memory_limit, Some(1 << 30));
+        assert_eq!(s.get("stride.query_memory_limit").unwrap(), "1GB");
+        for bad in ["0", "-1MB", "lots"] {
+            assert!(s.set("stride.query_memory_limit", bad).is_err(), "{bad}");
+        }
+        s.set("stride.query_memory_limit", "DEFAULT").unwrap();
+        assert_eq!(s.query_memory_limit, None);
+        assert_eq!(show_size(1536 << 20), "1536MB");
+        assert_eq!(show_size(4 << 30), "4GB");
+        assert_eq!(show_size(1000), "1000B");
     }
 
     #[test]

@@ -95,6 +95,25 @@ struct GlobalArgs {
     /// cold start for new shapes; the default).
     #[arg(long, global = true, value_name = "MODE")]
     estimates: Option<String>,
+    /// Memory all queries together may hold (e.g. 4GB; default 80% of the
+    /// machine's or the cgroup's memory). A query whose charge would pass it
+    /// fails with SQLSTATE 53200. `SET stride.memory_limit` changes it.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size)]
+    memory_limit: Option<usize>,
+    /// Memory one query may hold unless its session sets
+    /// `stride.query_memory_limit` (default half of --memory-limit).
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size)]
+    query_memory_limit: Option<usize>,
+}
+
+/// Parses a memory size (`4GB`, `512MB`; no unit: kilobytes).
+fn parse_memory_size(value: &str) -> std::result::Result<usize, String> {
+    match stride_exec::memory::parse_size(value) {
+        Some(bytes) if bytes > 0 => Ok(bytes),
+        _ => Err(format!(
+            "expected a size such as 512MB or 4GB, got \"{value}\""
+        )),
+    }
 }
 
 /// Parses `--self-tuning TRACK,REFRESH` (seconds).
@@ -168,17 +187,20 @@ struct ServeArgs {
     /// Port to listen on.
     #[arg(long, default_value_t = 5433)]
     port: u16,
-    /// Require the password in this file (its first line) from every client,
-    /// by SCRAM-SHA-256. The environment variable STRIDE_PASSWORD may give it
-    /// instead; a password is never taken from the command line, where `ps`
-    /// shows it. Without either, any user is trusted.
+    /// The bootstrap superuser `stride`'s password: the first line of this
+    /// file. With a password every client authenticates by SCRAM-SHA-256 as
+    /// a role (`stride`, or one made by CREATE ROLE … LOGIN PASSWORD). The
+    /// environment variable STRIDE_PASSWORD may give it instead; a password
+    /// is never taken from the command line, where `ps` shows it. Without
+    /// either, clients are trusted: a role's name connects as that role,
+    /// any other name with the bootstrap superuser's privileges.
     #[arg(long)]
     password_file: Option<PathBuf>,
     /// Refuse connections beyond this many.
     #[arg(long, default_value_t = 1000)]
     max_connections: usize,
-    /// Clients may read server-side files (CREATE EXTERNAL TABLE) under this
-    /// directory only; without it, not at all.
+    /// Superusers may read server-side files (CREATE EXTERNAL TABLE) under
+    /// this directory only; without it, not at all.
     #[arg(long)]
     import_dir: Option<PathBuf>,
     /// TLS certificate chain (PEM); with --tls-key, clients may connect with
@@ -270,7 +292,15 @@ fn start_traced(
         ),
         None => None,
     };
-    let engine = Engine::new(EngineConfig { scheduler });
+    let mut memory = stride_sql::MemoryConfig::default();
+    if let Some(limit) = global.memory_limit {
+        memory.limit = limit;
+        memory.query_limit = limit / 2;
+    }
+    if let Some(limit) = global.query_memory_limit {
+        memory.query_limit = limit;
+    }
+    let engine = Engine::new(EngineConfig { scheduler, memory });
     if let Some(mode) = estimates {
         engine.history().set_mode(mode);
     }

@@ -96,6 +96,7 @@ fn self_tuning_runs_show_in_stride_tuning() {
             }),
             ..Default::default()
         },
+        ..Default::default()
     });
     engine.load_tpch(0.01).unwrap();
     let queries = stride::workload::tpch(0.01);

@@ -11,9 +11,11 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use stride_server::{Auth, Server, ServerConfig};
+use stride_server::{Auth, ServerConfig};
 use tokio_postgres::NoTls;
 
+/// The bootstrap superuser `stride`'s password (roles of their own are
+/// tested in `roles.rs`).
 const PASSWORD: &str = "correct horse battery staple";
 
 struct Fixture {
@@ -25,19 +27,7 @@ struct Fixture {
 
 fn start(config: ServerConfig) -> SocketAddr {
     let engine = common::test_engine(1);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let runtime = stride_server::runtime_builder()
-            .worker_threads(1)
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let server = Server::bind(engine, config).await.unwrap();
-            tx.send(server.local_addr().unwrap()).unwrap();
-            server.serve().await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
+    common::client::serve(engine, config, 1)
 }
 
 fn servers() -> &'static Fixture {
@@ -77,7 +67,7 @@ async fn connect(
     password: &str,
 ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
     let conninfo = format!(
-        "host={} port={} user=alice dbname=stride password='{password}'",
+        "host={} port={} user=stride dbname=stride password='{password}'",
         addr.ip(),
         addr.port()
     );
@@ -116,7 +106,7 @@ fn psql(addr: SocketAddr, sslmode: &str, password: &str, sql: &str) -> std::proc
             "-p",
             &addr.port().to_string(),
             "-U",
-            "alice",
+            "stride",
             "-d",
             "stride",
             "-c",

@@ -15,6 +15,7 @@ fn engine() -> Arc<Engine> {
             morsels: stride_sched::MorselPolicy::Fixed(7),
             ..Default::default()
         },
+        ..Default::default()
     });
     engine.set_file_access(FileAccess::Any);
     engine

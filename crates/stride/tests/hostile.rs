@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use stride_server::{Server, ServerConfig};
+use stride_server::ServerConfig;
 use tokio_postgres::Client;
 
 struct Fixture {
@@ -35,24 +35,12 @@ fn server() -> &'static Fixture {
         std::fs::write(import_dir.join("ok.csv"), "a,b\n1,x\n2,y\n").unwrap();
         let import_dir = import_dir.canonicalize().unwrap();
         engine.set_file_access(stride_sql::FileAccess::Under(import_dir.clone()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let runtime = stride_server::runtime_builder()
-                .worker_threads(2)
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let config = ServerConfig {
-                    listen: "127.0.0.1:0".parse().unwrap(),
-                    authentication_timeout: AUTH_TIMEOUT,
-                    ..Default::default()
-                };
-                let server = Server::bind(engine, config).await.unwrap();
-                tx.send(server.local_addr().unwrap()).unwrap();
-                server.serve().await.unwrap();
-            });
-        });
-        let addr = rx.recv().unwrap();
+        let config = ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            authentication_timeout: AUTH_TIMEOUT,
+            ..Default::default()
+        };
+        let addr = common::client::serve(engine, config, 2);
         Fixture { addr, import_dir }
     })
 }

@@ -64,6 +64,7 @@ fn no_tpch_query_builds_on_lineitem_when_a_smaller_side_exists() {
             pin_workers: false,
             ..Default::default()
         },
+        ..Default::default()
     });
     let schema = engine.load_tpch(0.1).unwrap();
     let mut session = engine.session();

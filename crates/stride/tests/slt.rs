@@ -139,6 +139,7 @@ fn run_file(path: &Path, workers: usize, morsel_rows: Option<usize>) -> Vec<Stri
             pin_workers: false,
             ..SchedulerConfig::default()
         },
+        ..Default::default()
     });
     let mut session = engine.session();
     let name = path.file_name().unwrap().to_string_lossy().to_string();

@@ -16,6 +16,10 @@
 //! growing it rehashes a sixty-fourth of the groups at a time rather than all
 //! of them inside one morsel (see [`SUB_TABLES`]).
 //!
+//! Memory: after each batch a worker charges its query for what its hash
+//! table, keys and accumulators grew by ([`crate::memory`]); the partial
+//! state handed to the merge stays charged until the query ends.
+//!
 //! Group keys are encoded as `i64` (one integer-like column) or with Arrow's
 //! row format; aggregate functions are
 //! DataFusion's (`GroupsAccumulator` where the function has one, otherwise one
@@ -40,6 +44,7 @@ use hashbrown::HashTable;
 use super::{PerWorker, Sink};
 use crate::error::{ExecError, Result};
 use crate::hash::{hash_bytes, hash_u64, is_int_like, normalize_float_key};
+use crate::memory::QueryMemory;
 use crate::plan::{AggregateSpec, ExprRef};
 use crate::source::{Morsel, Source};
 
@@ -133,6 +138,14 @@ impl GroupState {
         }
     }
 
+    /// Memory the accumulators hold.
+    fn bytes(&self) -> usize {
+        match self {
+            GroupState::Groups(acc) => acc.size(),
+            GroupState::Rows { accs, .. } => accs.iter().map(|a| a.size()).sum(),
+        }
+    }
+
     fn state(&mut self) -> Result<Vec<ArrayRef>> {
         match self {
             GroupState::Groups(acc) => Ok(acc.state(EmitTo::All)?),
@@ -221,6 +234,16 @@ enum GroupKeys {
 const NULL_KEY_HASH: u64 = 0x5bd1_e995_1234_5678;
 
 impl GroupKeys {
+    /// Memory the encoded keys hold.
+    fn bytes(&self) -> usize {
+        match self {
+            GroupKeys::Int { values, nulls } => {
+                values.capacity() * 8 + nulls.as_ref().map_or(0, |n| n.capacity())
+            }
+            GroupKeys::Rows(r) => r.size(),
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             GroupKeys::Int { values, .. } => values.len(),
@@ -423,6 +446,12 @@ impl GroupTable {
         self.hashes.len()
     }
 
+    /// Memory the table holds: its maps, hashes and keys.
+    fn bytes(&self) -> usize {
+        let maps: usize = self.maps.iter().map(|m| m.allocation_size()).sum();
+        maps + self.hashes.capacity() * 8 + self.keys.bytes()
+    }
+
     /// Group index of each key of `input` (`sel` picks keys; all when `None`).
     fn intern(&mut self, input: &GroupKeys, sel: Option<&[u32]>, out: &mut Vec<usize>) {
         let GroupTable { maps, keys, hashes } = self;
@@ -459,6 +488,8 @@ struct Partial {
     states: Vec<GroupState>,
     /// Groups when there is no GROUP BY: 1 once any row arrived.
     keyless_groups: usize,
+    /// Bytes of this partial charged to the query.
+    charged: usize,
 }
 
 /// Groups per merge partition that the partition count aims for: a
@@ -518,6 +549,7 @@ pub struct AggregateSink {
     shared: Arc<AggregateShared>,
     partials: PerWorker<Partial>,
     output: Arc<OnceLock<MergeInput>>,
+    memory: Arc<QueryMemory>,
 }
 
 /// The merge phase: one morsel per partition.
@@ -537,6 +569,7 @@ pub fn aggregate(
     input_schema: SchemaRef,
     schema: SchemaRef,
     workers: usize,
+    memory: Arc<QueryMemory>,
 ) -> Result<(AggregateSink, AggregateMergeSource)> {
     let codec = if group_by.is_empty() {
         None
@@ -567,6 +600,7 @@ pub fn aggregate(
             shared: shared.clone(),
             partials: PerWorker::new(workers),
             output: output.clone(),
+            memory,
         },
         AggregateMergeSource {
             shared,
@@ -631,6 +665,12 @@ impl Sink for AggregateSink {
             };
             for ((state, values), f) in p.states.iter_mut().zip(&args).zip(&filters) {
                 state.update(values, &groups, f.as_ref().map(|f| f.as_boolean()), total)?;
+            }
+            let held = p.table.as_ref().map_or(0, GroupTable::bytes)
+                + p.states.iter().map(GroupState::bytes).sum::<usize>();
+            if held > p.charged {
+                self.memory.grow(held - p.charged, "aggregate")?;
+                p.charged = held;
             }
             Ok(())
         })

@@ -4,7 +4,7 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::DataType;
 
-use super::Operator;
+use super::{Emit, Operator};
 use crate::error::{ExecError, Result};
 use crate::plan::ExprRef;
 
@@ -32,8 +32,8 @@ pub fn apply_predicate(predicate: &ExprRef, batch: &RecordBatch) -> Result<Recor
 }
 
 impl Operator for FilterOperator {
-    fn process(&self, batch: RecordBatch, _worker: usize) -> Result<RecordBatch> {
-        apply_predicate(&self.predicate, &batch)
+    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+        emit(apply_predicate(&self.predicate, &batch)?).map(drop)
     }
 
     fn name(&self) -> String {

@@ -47,6 +47,19 @@
 //! run, as the order of the morsels does anyway. Tables of at most
 //! [`INLINE_INSERT_ROWS`] rows are linked inside the build's `finish`, where a
 //! pipeline would cost more than it saves.
+//!
+//! ## Bounded output
+//!
+//! One probe row can match every build row (a cross join, a join on a key
+//! with few values), so the output of one probe morsel is unbounded. The
+//! probe walks candidate pairs with a [`ProbeCursor`] and emits a chunk
+//! whenever it holds [`CHUNK_PAIRS`] pairs, resuming inside a row's chain
+//! where the join type allows (inner joins and build-side modes); a join
+//! that decides per probe row (probe-side outer, semi, anti) cuts between
+//! rows only, and a chunk that one row makes larger than `CHUNK_PAIRS` is
+//! charged to the query's memory while it lives. The build side — its
+//! batches, the concatenated rows, encoded keys and buckets — is charged
+//! as it is collected and built (see [`crate::memory`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -61,9 +74,10 @@ use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt32Type
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion_expr::JoinType;
 
-use super::{Operator, PerWorker, Sink};
+use super::{Demand, Emit, Operator, PerWorker, Sink};
 use crate::error::{ExecError, Result};
 use crate::hash::{hash_bytes, hash_u64, is_int_like, normalize_float_key};
+use crate::memory::{batch_bytes, QueryMemory};
 use crate::plan::{BuildSide, ExprRef};
 use crate::source::{Morsel, Source};
 
@@ -133,6 +147,16 @@ enum Keys {
 }
 
 impl Keys {
+    /// Memory the encoded keys hold.
+    fn bytes(&self) -> usize {
+        match self {
+            Keys::Int(v, _) => v.capacity() * 8,
+            Keys::Int2(a, b, _) => (a.capacity() + b.capacity()) * 8,
+            Keys::Rows(r, _) => r.size(),
+            Keys::Empty => 0,
+        }
+    }
+
     fn is_null(&self, i: usize) -> bool {
         match self {
             Keys::Int(_, nulls) | Keys::Int2(_, _, nulls) | Keys::Rows(_, nulls) => {
@@ -335,25 +359,67 @@ impl JoinHashTable {
         self.matched[row / 64].load(Ordering::Relaxed) & (1 << (row % 64)) != 0
     }
 
-    /// Candidate pairs (probe row, build row) with equal keys.
-    fn candidates(&self, probe: &Keys, rows: usize) -> (Vec<u32>, Vec<u32>) {
-        let mut p = Vec::with_capacity(rows);
-        let mut b = Vec::with_capacity(rows);
-        if let Keys::Empty = probe {
-            for i in 0..rows as u32 {
-                for j in 0..self.num_rows() as u32 {
-                    p.push(i);
-                    b.push(j);
-                }
+    /// Memory of the table's own structures (buckets, chains, match bits).
+    fn structure_bytes(rows: usize, track_matches: bool) -> usize {
+        let buckets = (rows.max(1) * 2).next_power_of_two();
+        buckets * 4 + rows * 4 + if track_matches { rows.div_ceil(8) } else { 0 }
+    }
+
+    /// Appends candidate pairs (probe row, build row) with equal keys to
+    /// `p` and `b`, from `cursor` on, until `rows` probe rows are done or
+    /// the pairs reach `budget`; returns where the walk stopped. With
+    /// `whole_rows` a row's pairs are never split across two calls.
+    fn candidates(
+        &self,
+        probe: &Keys,
+        rows: usize,
+        mut cursor: ProbeCursor,
+        budget: usize,
+        whole_rows: bool,
+        (p, b): (&mut Vec<u32>, &mut Vec<u32>),
+    ) -> ProbeCursor {
+        let build_rows = self.num_rows() as u32;
+        while cursor.row < rows {
+            let i = cursor.row;
+            if p.len() >= budget {
+                break;
             }
-            return (p, b);
-        }
-        for i in 0..rows {
-            if probe.is_null(i) {
+            if let Keys::Empty = probe {
+                // Every build row matches: `next` is the next build row.
+                let mut j = cursor.next.unwrap_or(0);
+                let stop = if whole_rows {
+                    build_rows
+                } else {
+                    build_rows.min(j.saturating_add((budget - p.len()) as u32))
+                };
+                while j < stop {
+                    p.push(i as u32);
+                    b.push(j);
+                    j += 1;
+                }
+                cursor = if j < build_rows {
+                    ProbeCursor {
+                        row: i,
+                        next: Some(j),
+                    }
+                } else {
+                    ProbeCursor::row(i + 1)
+                };
                 continue;
             }
-            let mut cur = self.heads[(probe.hash(i) & self.mask) as usize].load(Ordering::Relaxed);
+            if probe.is_null(i) {
+                cursor = ProbeCursor::row(i + 1);
+                continue;
+            }
+            // `cur` is 1 + the next build row of the chain, 0 at its end.
+            let mut cur = match cursor.next {
+                Some(next) => next,
+                None => self.heads[(probe.hash(i) & self.mask) as usize].load(Ordering::Relaxed),
+            };
             while cur != 0 {
+                if !whole_rows && p.len() >= budget {
+                    break;
+                }
                 let j = (cur - 1) as usize;
                 if probe.eq(i, &self.keys, j) {
                     p.push(i as u32);
@@ -361,8 +427,36 @@ impl JoinHashTable {
                 }
                 cur = self.next[j].load(Ordering::Relaxed);
             }
+            cursor = if cur != 0 {
+                ProbeCursor {
+                    row: i,
+                    next: Some(cur),
+                }
+            } else {
+                ProbeCursor::row(i + 1)
+            };
         }
-        (p, b)
+        cursor
+    }
+}
+
+/// Most (probe row, build row) pairs in one chunk of a probe's output.
+pub const CHUNK_PAIRS: usize = 64 * 1024;
+
+/// Where a probe's walk over its candidate pairs stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProbeCursor {
+    /// The probe row being walked.
+    row: usize,
+    /// Where in the row's candidates to go on: `None` at the row's start;
+    /// for keyed joins 1 + the next build row of the chain, for joins
+    /// without keys the next build row.
+    next: Option<u32>,
+}
+
+impl ProbeCursor {
+    fn row(row: usize) -> Self {
+        ProbeCursor { row, next: None }
     }
 }
 
@@ -386,6 +480,7 @@ pub struct HashBuildSink {
     parts: PerWorker<Vec<RecordBatch>>,
     track_matches: bool,
     table: HashTableSlot,
+    memory: Arc<QueryMemory>,
 }
 
 impl HashBuildSink {
@@ -396,6 +491,7 @@ impl HashBuildSink {
         workers: usize,
         track_matches: bool,
         table: HashTableSlot,
+        memory: Arc<QueryMemory>,
     ) -> Self {
         HashBuildSink {
             keys,
@@ -404,6 +500,7 @@ impl HashBuildSink {
             parts: PerWorker::new(workers),
             track_matches,
             table,
+            memory,
         }
     }
 }
@@ -415,14 +512,27 @@ impl Sink for HashBuildSink {
             batch.columns().to_vec(),
             &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?;
+        self.memory
+            .grow(batch_bytes(&batch), "hash join build side")?;
         self.parts.with(worker, |p| p.push(batch));
         Ok(())
     }
 
     fn finish(&self) -> Result<()> {
         let parts: Vec<RecordBatch> = self.parts.take_all().into_iter().flatten().collect();
+        let collected: usize = parts.iter().map(batch_bytes).sum();
+        let rows: usize = parts.iter().map(|p| p.num_rows()).sum();
+        // The concatenated copy, then the table's structures; the collected
+        // batches are returned once the copy replaced them.
+        self.memory.grow(
+            collected + JoinHashTable::structure_bytes(rows, self.track_matches),
+            "hash join table",
+        )?;
         let batch = concat_batches(&self.schema, &parts)?;
+        drop(parts);
+        self.memory.shrink(collected);
         let keys = self.encoder.encode(eval_keys(&self.keys, &batch)?)?;
+        self.memory.grow(keys.bytes(), "hash join keys")?;
         let table = JoinHashTable::new(batch, keys, self.track_matches)?;
         self.table
             .set(table)
@@ -449,6 +559,8 @@ pub struct HashProbeOperator {
     schema: SchemaRef,
     /// Schema of left ++ right (the filter's input).
     joined_schema: SchemaRef,
+    /// Charged for a chunk larger than [`CHUNK_PAIRS`] while it lives.
+    memory: Arc<QueryMemory>,
 }
 
 impl HashProbeOperator {
@@ -463,6 +575,7 @@ impl HashProbeOperator {
         null_aware: bool,
         schema: SchemaRef,
         joined_schema: SchemaRef,
+        memory: Arc<QueryMemory>,
     ) -> Self {
         HashProbeOperator {
             keys,
@@ -474,6 +587,7 @@ impl HashProbeOperator {
             null_aware,
             schema: crate::nullable_schema(&schema),
             joined_schema: crate::nullable_schema(&joined_schema),
+            memory,
         }
     }
 
@@ -509,15 +623,124 @@ impl HashProbeOperator {
 }
 
 impl HashProbeOperator {
+    /// The output for candidate pairs `p`/`b` of `batch`, which complete
+    /// the probe rows `rows` when the join decides per probe row.
+    fn chunk(
+        &self,
+        table: &JoinHashTable,
+        batch: &RecordBatch,
+        keys: &Keys,
+        rows: std::ops::Range<usize>,
+        p: &mut Vec<u32>,
+        b: &mut Vec<u32>,
+    ) -> Result<RecordBatch> {
+        // Apply the non-equi condition to candidate pairs.
+        let mut pairs: Option<RecordBatch> = None;
+        if let Some(filter) = &self.filter {
+            let joined = self.gather(
+                table,
+                batch,
+                &UInt32Array::from(p.clone()),
+                &UInt32Array::from(b.clone()),
+            )?;
+            let mask = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
+            let mask: &BooleanArray = mask.as_boolean();
+            let keep: Vec<bool> = (0..mask.len())
+                .map(|i| mask.is_valid(i) && mask.value(i))
+                .collect();
+            let mut w = 0;
+            for (r, &k) in keep.iter().enumerate() {
+                if k {
+                    p[w] = p[r];
+                    b[w] = b[r];
+                    w += 1;
+                }
+            }
+            p.truncate(w);
+            b.truncate(w);
+            if self.modes.emit_pairs && self.modes.probe != SideMode::Outer {
+                pairs = Some(filter_record_batch(&joined, &BooleanArray::from(keep))?);
+            }
+        }
+
+        if self.modes.build != SideMode::None {
+            for &j in b.iter() {
+                table.mark(j);
+            }
+        }
+
+        let first = rows.start;
+        let count = rows.len();
+        match self.modes.probe {
+            SideMode::Semi | SideMode::Anti => {
+                let mut matched = vec![false; count];
+                for &i in p.iter() {
+                    matched[i as usize - first] = true;
+                }
+                let want = self.modes.probe == SideMode::Semi;
+                let mut keep: Vec<bool> = matched.into_iter().map(|m| m == want).collect();
+                let slice = batch.slice(first, count);
+                if self.null_aware && self.modes.probe == SideMode::Anti {
+                    self.null_aware_anti(table, &slice, keys, first, &mut keep)?;
+                }
+                let out = filter_record_batch(&slice, &BooleanArray::from(keep))?;
+                Ok(RecordBatch::try_new_with_options(
+                    self.schema.clone(),
+                    out.columns().to_vec(),
+                    &RecordBatchOptions::new().with_row_count(Some(out.num_rows())),
+                )?)
+            }
+            SideMode::Outer => {
+                let mut matched = vec![false; count];
+                for &i in p.iter() {
+                    matched[i as usize - first] = true;
+                }
+                let mut probe_idx = std::mem::take(p);
+                let mut build_idx: Vec<Option<u32>> = b.drain(..).map(Some).collect();
+                for (i, m) in matched.iter().enumerate() {
+                    if !m {
+                        probe_idx.push((first + i) as u32);
+                        build_idx.push(None);
+                    }
+                }
+                self.gather(
+                    table,
+                    batch,
+                    &UInt32Array::from(probe_idx),
+                    &UInt32Array::from(build_idx),
+                )
+            }
+            SideMode::None => {
+                if !self.modes.emit_pairs {
+                    // The build side alone produces output (build-side semi/anti).
+                    return Ok(RecordBatch::new_empty(self.schema.clone()));
+                }
+                match pairs {
+                    Some(pairs) => Ok(pairs),
+                    None => self.gather(
+                        table,
+                        batch,
+                        &UInt32Array::from(std::mem::take(p)),
+                        &UInt32Array::from(std::mem::take(b)),
+                    ),
+                }
+            }
+        }
+    }
+
     /// `x NOT IN (set)` is NULL, not true, when `x` is NULL and the set is not
     /// empty, or when `x` is not in the set and the set holds a NULL. With a
     /// join filter (a correlated `NOT IN`) the set is the build rows that pass
     /// the filter for this probe row, so the NULL checks evaluate it per pair.
+    ///
+    /// `batch` holds the probe rows of `keep`, which are rows `first..` of
+    /// the rows `keys` encodes.
     fn null_aware_anti(
         &self,
         table: &JoinHashTable,
         batch: &RecordBatch,
         keys: &Keys,
+        first: usize,
         keep: &mut [bool],
     ) -> Result<()> {
         let Some(filter) = &self.filter else {
@@ -525,7 +748,7 @@ impl HashProbeOperator {
                 keep.iter_mut().for_each(|k| *k = false);
             } else if table.num_rows() > 0 {
                 for (i, k) in keep.iter_mut().enumerate() {
-                    if keys.is_null(i) {
+                    if keys.is_null(first + i) {
                         *k = false;
                     }
                 }
@@ -537,7 +760,7 @@ impl HashProbeOperator {
             if !k {
                 continue;
             }
-            if keys.is_null(i) {
+            if keys.is_null(first + i) {
                 p.extend(std::iter::repeat_n(i as u32, table.num_rows()));
                 b.extend(0..table.num_rows() as u32);
             } else {
@@ -566,7 +789,7 @@ impl HashProbeOperator {
 }
 
 impl Operator for HashProbeOperator {
-    fn process(&self, batch: RecordBatch, _worker: usize) -> Result<RecordBatch> {
+    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
         let table = self
             .table
             .get()
@@ -574,94 +797,29 @@ impl Operator for HashProbeOperator {
             .ok_or_else(|| ExecError::Internal("probe before the hash table was built".into()))?;
         let n = batch.num_rows();
         let keys = self.encoder.encode(eval_keys(&self.keys, &batch)?)?;
-        let (mut p, mut b) = table.candidates(&keys, n);
-
-        // Apply the non-equi condition to candidate pairs.
-        let mut pairs: Option<RecordBatch> = None;
-        if let Some(filter) = &self.filter {
-            let joined = self.gather(
-                table,
-                &batch,
-                &UInt32Array::from(p.clone()),
-                &UInt32Array::from(b.clone()),
-            )?;
-            let mask = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
-            let mask: &BooleanArray = mask.as_boolean();
-            let keep: Vec<bool> = (0..mask.len())
-                .map(|i| mask.is_valid(i) && mask.value(i))
-                .collect();
-            let mut w = 0;
-            for (r, &k) in keep.iter().enumerate() {
-                if k {
-                    p[w] = p[r];
-                    b[w] = b[r];
-                    w += 1;
-                }
-            }
-            p.truncate(w);
-            b.truncate(w);
-            if self.modes.emit_pairs && self.modes.probe != SideMode::Outer {
-                pairs = Some(filter_record_batch(&joined, &BooleanArray::from(keep))?);
+        // Per-row decisions (probe-side outer, semi, anti) need all of a
+        // row's pairs in one chunk.
+        let whole_rows = self.modes.probe != SideMode::None;
+        let row_bytes = |b: &RecordBatch| batch_bytes(b) / b.num_rows().max(1);
+        let pair_bytes = 8 + row_bytes(&batch) + row_bytes(&table.batch);
+        let mut cursor = ProbeCursor::row(0);
+        let (mut p, mut b) = (Vec::new(), Vec::new());
+        while cursor.row < n {
+            let first = cursor.row;
+            p.clear();
+            b.clear();
+            cursor = table.candidates(&keys, n, cursor, CHUNK_PAIRS, whole_rows, (&mut p, &mut b));
+            let _oversized = if p.len() > CHUNK_PAIRS {
+                Some(self.memory.charge(p.len() * pair_bytes, "join output")?)
+            } else {
+                None
+            };
+            let out = self.chunk(table, &batch, &keys, first..cursor.row, &mut p, &mut b)?;
+            if emit(out)? == Demand::Enough {
+                break;
             }
         }
-
-        if self.modes.build != SideMode::None {
-            for &j in &b {
-                table.mark(j);
-            }
-        }
-
-        match self.modes.probe {
-            SideMode::Semi | SideMode::Anti => {
-                let mut matched = vec![false; n];
-                for &i in &p {
-                    matched[i as usize] = true;
-                }
-                let want = self.modes.probe == SideMode::Semi;
-                let mut keep: Vec<bool> = matched.into_iter().map(|m| m == want).collect();
-                if self.null_aware && self.modes.probe == SideMode::Anti {
-                    self.null_aware_anti(table, &batch, &keys, &mut keep)?;
-                }
-                let out = filter_record_batch(&batch, &BooleanArray::from(keep))?;
-                Ok(RecordBatch::try_new_with_options(
-                    self.schema.clone(),
-                    out.columns().to_vec(),
-                    &RecordBatchOptions::new().with_row_count(Some(out.num_rows())),
-                )?)
-            }
-            SideMode::Outer => {
-                let mut matched = vec![false; n];
-                for &i in &p {
-                    matched[i as usize] = true;
-                }
-                let mut probe_idx = p;
-                let mut build_idx: Vec<Option<u32>> = b.into_iter().map(Some).collect();
-                for (i, m) in matched.iter().enumerate() {
-                    if !m {
-                        probe_idx.push(i as u32);
-                        build_idx.push(None);
-                    }
-                }
-                self.gather(
-                    table,
-                    &batch,
-                    &UInt32Array::from(probe_idx),
-                    &UInt32Array::from(build_idx),
-                )
-            }
-            SideMode::None => {
-                if !self.modes.emit_pairs {
-                    // The build side alone produces output (build-side semi/anti).
-                    return Ok(RecordBatch::new_empty(self.schema.clone()));
-                }
-                match pairs {
-                    Some(pairs) => Ok(pairs),
-                    None => {
-                        self.gather(table, &batch, &UInt32Array::from(p), &UInt32Array::from(b))
-                    }
-                }
-            }
-        }
+        Ok(())
     }
 
     fn name(&self) -> String {
@@ -865,7 +1023,16 @@ mod tests {
             .unwrap()
             .encode(vec![Arc::new(Int64Array::from_iter_values(0..distinct))])
             .unwrap();
-        let (p, b) = t.candidates(&probe, distinct as usize);
+        let (mut p, mut b) = (Vec::new(), Vec::new());
+        let end = t.candidates(
+            &probe,
+            distinct as usize,
+            ProbeCursor::row(0),
+            usize::MAX,
+            true,
+            (&mut p, &mut b),
+        );
+        assert_eq!(end, ProbeCursor::row(distinct as usize));
         let mut out = vec![Vec::new(); distinct as usize];
         for (i, j) in p.into_iter().zip(b) {
             out[i as usize].push(j);
@@ -947,31 +1114,159 @@ mod tests {
         }
     }
 
-    #[test]
-    fn probing_a_table_before_its_insert_pipeline_finished_is_an_internal_error() {
-        let slot: HashTableSlot = Arc::new(OnceLock::new());
-        slot.set(table(INLINE_INSERT_ROWS + 1, 10)).unwrap();
+    /// A probe of `join_type` (build side right) over the table in `slot`,
+    /// with one Int64 key column `k` on both sides.
+    fn probe_of(
+        slot: &HashTableSlot,
+        join_type: JoinType,
+        memory: Arc<QueryMemory>,
+    ) -> HashProbeOperator {
         let schema = slot.get().unwrap().batch.schema();
-        let probe = HashProbeOperator::new(
+        let modes = JoinModes::new(join_type, BuildSide::Right).unwrap();
+        let joined = Arc::new(Schema::new(vec![
+            Field::new("pk", DataType::Int64, true),
+            Field::new("k", DataType::Int64, true),
+        ]));
+        let out = match join_type {
+            JoinType::LeftSemi | JoinType::LeftAnti => schema.clone(),
+            _ => joined.clone(),
+        };
+        HashProbeOperator::new(
             vec![Arc::new(
                 datafusion_physical_expr::expressions::Column::new("k", 0),
             )],
             Arc::new(KeyEncoder::new(vec![DataType::Int64], false).unwrap()),
             slot.clone(),
-            JoinModes::new(JoinType::LeftSemi, BuildSide::Right).unwrap(),
+            modes,
             BuildSide::Right,
             None,
             false,
-            schema.clone(),
-            schema.clone(),
-        );
-        let batch =
-            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..20))])
-                .unwrap();
-        let err = probe.process(batch.clone(), 0).unwrap_err();
+            out,
+            joined,
+            memory,
+        )
+    }
+
+    /// Runs `probe` over `batch`, collecting the chunks it emits; stops
+    /// taking chunks after `take` of them.
+    fn run(probe: &HashProbeOperator, batch: RecordBatch, take: usize) -> Result<Vec<RecordBatch>> {
+        let mut chunks = Vec::new();
+        probe.process(batch, 0, &mut |b| {
+            chunks.push(b);
+            Ok(if chunks.len() >= take {
+                Demand::Enough
+            } else {
+                Demand::More
+            })
+        })?;
+        Ok(chunks)
+    }
+
+    fn keys(values: impl IntoIterator<Item = i64>) -> RecordBatch {
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from_iter_values(values))],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn probing_a_table_before_its_insert_pipeline_finished_is_an_internal_error() {
+        let slot: HashTableSlot = Arc::new(OnceLock::new());
+        slot.set(table(INLINE_INSERT_ROWS + 1, 10)).unwrap();
+        let probe = probe_of(&slot, JoinType::LeftSemi, QueryMemory::unbounded());
+        let err = run(&probe, keys(0..20), usize::MAX).unwrap_err();
         assert!(matches!(err, ExecError::Internal(_)), "{err}");
         insert_in_parallel(&slot, 2, 100);
-        let out = probe.process(batch, 0).unwrap();
-        assert_eq!(out.num_rows(), 10, "keys 0..10 of 0..20 are in the table");
+        let out = run(&probe, keys(0..20), usize::MAX).unwrap();
+        let rows: usize = out.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 10, "keys 0..10 of 0..20 are in the table");
+    }
+
+    #[test]
+    fn a_probe_row_with_more_matches_than_a_chunk_is_split_inside_its_chain() {
+        // 3 keys over 3·CHUNK_PAIRS/2 build rows: each probe row matches
+        // CHUNK_PAIRS/2 rows; 5 probe rows yield 2.5 chunks of pairs.
+        let n = 3 * CHUNK_PAIRS / 2;
+        let slot: HashTableSlot = Arc::new(OnceLock::new());
+        slot.set(table(n, 3)).unwrap();
+        insert_in_parallel(&slot, 2, 4096);
+        let probe = probe_of(&slot, JoinType::Inner, QueryMemory::unbounded());
+        let chunks = run(&probe, keys([0, 1, 2, 0, 7, 1]), usize::MAX).unwrap();
+        let sizes: Vec<usize> = chunks.iter().map(|c| c.num_rows()).collect();
+        assert_eq!(sizes, vec![CHUNK_PAIRS, CHUNK_PAIRS, CHUNK_PAIRS / 2]);
+        // Every pair joins equal keys.
+        for c in &chunks {
+            let (pk, bk) = (
+                c.column(0).as_primitive::<Int64Type>(),
+                c.column(1).as_primitive::<Int64Type>(),
+            );
+            for r in 0..c.num_rows() {
+                assert_eq!(pk.value(r), bk.value(r));
+            }
+        }
+        let total: usize = sizes.iter().sum();
+        assert_eq!(total, 5 * CHUNK_PAIRS / 2);
+        // A satisfied consumer stops the probe after the first chunk.
+        assert_eq!(run(&probe, keys([0, 1, 2, 0, 7, 1]), 1).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_per_row_join_keeps_rows_whole_and_charges_an_oversized_chunk() {
+        let n = 2 * CHUNK_PAIRS;
+        let slot: HashTableSlot = Arc::new(OnceLock::new());
+        slot.set(table(n, 1)).unwrap();
+        insert_in_parallel(&slot, 2, 4096);
+        // A left outer join decides per probe row: the row matching all
+        // 2·CHUNK_PAIRS build rows comes as one chunk, charged while it lives.
+        let pool = crate::memory::MemoryPool::new(usize::MAX);
+        let memory = QueryMemory::new(pool.clone(), usize::MAX);
+        let probe = probe_of(&slot, JoinType::Left, memory.clone());
+        let chunks = run(&probe, keys([0, 5, 0]), usize::MAX).unwrap();
+        let sizes: Vec<usize> = chunks.iter().map(|c| c.num_rows()).collect();
+        assert_eq!(
+            sizes,
+            vec![n, n + 1],
+            "row 0 alone, then rows 5 (unmatched) and 0"
+        );
+        assert!(memory.peak() >= n * 16, "the oversized chunk was charged");
+        assert_eq!(memory.used(), 0, "and returned");
+        // Under a share smaller than such a chunk the join fails alone.
+        let small = QueryMemory::new(pool, 64 * 1024);
+        let probe = probe_of(&slot, JoinType::Left, small);
+        let err = run(&probe, keys([0]), usize::MAX).unwrap_err();
+        assert!(matches!(err, ExecError::MemoryExhausted { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_cross_join_emits_bounded_chunks() {
+        let n = CHUNK_PAIRS + 10;
+        let batch = keys(0..n as i64);
+        let slot: HashTableSlot = Arc::new(OnceLock::new());
+        let table = JoinHashTable::new(batch, Keys::Empty, false).unwrap();
+        table.ready.store(true, Ordering::Release);
+        slot.set(table).unwrap();
+        let probe = HashProbeOperator::new(
+            Vec::new(),
+            Arc::new(KeyEncoder::new(Vec::new(), false).unwrap()),
+            slot.clone(),
+            JoinModes::new(JoinType::Inner, BuildSide::Right).unwrap(),
+            BuildSide::Right,
+            None,
+            false,
+            Arc::new(Schema::new(vec![
+                Field::new("a", DataType::Int64, true),
+                Field::new("b", DataType::Int64, true),
+            ])),
+            Arc::new(Schema::new(vec![
+                Field::new("a", DataType::Int64, true),
+                Field::new("b", DataType::Int64, true),
+            ])),
+            QueryMemory::unbounded(),
+        );
+        let chunks = run(&probe, keys([1, 2, 3]), usize::MAX).unwrap();
+        assert!(chunks.iter().all(|c| c.num_rows() <= CHUNK_PAIRS));
+        let total: usize = chunks.iter().map(|c| c.num_rows()).sum();
+        assert_eq!(total, 3 * n);
     }
 }

@@ -14,6 +14,7 @@ use arrow::array::RecordBatch;
 use super::Sink;
 use crate::buffer::Buffer;
 use crate::error::Result;
+use crate::memory::QueryMemory;
 
 #[derive(Debug)]
 pub struct LimitSink {
@@ -26,11 +27,16 @@ pub struct LimitSink {
 }
 
 impl LimitSink {
-    pub fn new(skip: usize, fetch: Option<usize>, output: Arc<Buffer>) -> Self {
+    pub fn new(
+        skip: usize,
+        fetch: Option<usize>,
+        memory: Arc<QueryMemory>,
+        output: Arc<Buffer>,
+    ) -> Self {
         LimitSink {
             skip,
             fetch,
-            collected: Buffer::new(),
+            collected: Buffer::new(memory, "limit input"),
             rows: AtomicUsize::new(0),
             output,
         }
@@ -47,8 +53,7 @@ impl Sink for LimitSink {
             return Ok(());
         }
         self.rows.fetch_add(batch.num_rows(), Ordering::Relaxed);
-        self.collected.push(seq, batch);
-        Ok(())
+        self.collected.push(seq, batch)
     }
 
     fn is_full(&self) -> bool {
@@ -74,8 +79,7 @@ impl Sink for LimitSink {
             left -= take;
             skip = 0;
         }
-        self.output.push_all(0, out);
-        Ok(())
+        self.output.push_all(0, out)
     }
 
     fn name(&self) -> String {

@@ -29,8 +29,7 @@ impl MaterializeSink {
 
 impl Sink for MaterializeSink {
     fn consume(&self, seq: u64, batch: RecordBatch, _worker: usize) -> Result<()> {
-        self.buffer.push(self.seq_base + seq, batch);
-        Ok(())
+        self.buffer.push(self.seq_base + seq, batch)
     }
 
     fn name(&self) -> String {

@@ -22,10 +22,25 @@ use arrow::array::RecordBatch;
 
 use crate::error::Result;
 
+/// Whether the rest of a pipeline takes more rows from an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demand {
+    More,
+    /// The sink is full (a satisfied LIMIT): the rest of this input's
+    /// output is not needed.
+    Enough,
+}
+
+/// Where an operator hands its output: the rest of the pipeline.
+pub type Emit<'a> = dyn FnMut(RecordBatch) -> Result<Demand> + 'a;
+
 /// A streaming operator inside a pipeline.
 pub trait Operator: Send + Sync + fmt::Debug {
-    /// Transforms one batch. `worker` addresses per-worker state, if any.
-    fn process(&self, batch: RecordBatch, worker: usize) -> Result<RecordBatch>;
+    /// Transforms one batch into output handed to `emit`, in order: one
+    /// batch for most operators, bounded chunks for one whose output can
+    /// be far larger than its input (a join). Stops early on
+    /// [`Demand::Enough`]. `worker` addresses per-worker state, if any.
+    fn process(&self, batch: RecordBatch, worker: usize, emit: &mut Emit<'_>) -> Result<()>;
     fn name(&self) -> String;
 }
 

@@ -3,7 +3,7 @@
 use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
 
-use super::Operator;
+use super::{Emit, Operator};
 use crate::error::Result;
 use crate::plan::ExprRef;
 
@@ -24,18 +24,19 @@ impl ProjectionOperator {
 }
 
 impl Operator for ProjectionOperator {
-    fn process(&self, batch: RecordBatch, _worker: usize) -> Result<RecordBatch> {
+    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
         let n = batch.num_rows();
         let columns = self
             .exprs
             .iter()
             .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(n)))
             .collect::<datafusion_common::Result<Vec<_>>>()?;
-        Ok(RecordBatch::try_new_with_options(
+        emit(RecordBatch::try_new_with_options(
             self.schema.clone(),
             columns,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )?)
+        .map(drop)
     }
 
     fn name(&self) -> String {

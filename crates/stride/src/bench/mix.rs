@@ -422,6 +422,8 @@ mod tests {
             self_tuning: None,
             fixed_params: false,
             estimates: None,
+            memory_limit: None,
+            query_memory_limit: None,
         }
     }
 

@@ -347,6 +347,7 @@ mod tests {
                 pin_workers: false,
                 ..Default::default()
             },
+            ..Default::default()
         });
         let mut session = engine.session();
         session

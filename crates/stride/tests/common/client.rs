@@ -28,3 +28,26 @@ pub async fn connect(addr: SocketAddr, user: &str) -> Client {
     });
     client
 }
+
+/// Serves `engine` with `config` on a runtime of `threads` threads of its
+/// own (a thread that lives as long as the test process); returns the
+/// address it listens on.
+pub fn serve(
+    engine: std::sync::Arc<stride_sql::Engine>,
+    config: stride_server::ServerConfig,
+    threads: usize,
+) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = stride_server::runtime_builder()
+            .worker_threads(threads)
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let server = stride_server::Server::bind(engine, config).await.unwrap();
+            tx.send(server.local_addr().unwrap()).unwrap();
+            server.serve().await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}

@@ -185,6 +185,7 @@ pub fn test_engine(workers: usize) -> Arc<stride_sql::Engine> {
             policy: stride_sched::Policy::Stride(Default::default()),
             ..Default::default()
         },
+        ..Default::default()
     })
 }
 

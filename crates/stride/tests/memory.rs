@@ -1,0 +1,230 @@
+//! Memory governance over the wire: a query that passes its share or the
+//! server's limit fails alone with 53200 and hands back what it held, while
+//! other clients' queries go on; the limits are settings and a view.
+//!
+//! One server with TPC-H SF 0.01 under a 256 MiB server-wide limit and a
+//! 32 MiB share per query serves every test of this file; the tests take
+//! turns (a lock), so that each can check that the pool is empty after it.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use stride_server::ServerConfig;
+use tokio_postgres::Client;
+
+const SERVER_LIMIT: usize = 256 << 20;
+const QUERY_LIMIT: usize = 32 << 20;
+
+struct Fixture {
+    addr: SocketAddr,
+    engine: Arc<stride_sql::Engine>,
+}
+
+fn server() -> &'static Fixture {
+    static SERVER: OnceLock<Fixture> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
+            scheduler: stride_sched::SchedulerConfig {
+                workers: 2,
+                pin_workers: false,
+                ..Default::default()
+            },
+            memory: stride_sql::MemoryConfig {
+                limit: SERVER_LIMIT,
+                query_limit: QUERY_LIMIT,
+            },
+        });
+        engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
+        engine.set_default_schema("sf0_01").unwrap();
+        let config = ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..Default::default()
+        };
+        let addr = common::client::serve(engine.clone(), config, 2);
+        Fixture { addr, engine }
+    })
+}
+
+/// Serializes the tests of this file.
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+use common::client::runtime;
+
+async fn connect() -> Client {
+    common::client::connect(server().addr, "stride").await
+}
+
+fn code(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_default()
+}
+
+async fn fails_with(client: &Client, sql: &str, sqlstate: &str) -> String {
+    let err = client
+        .simple_query(sql)
+        .await
+        .expect_err("the statement must fail");
+    assert_eq!(code(&err), sqlstate, "{sql}: {err}");
+    err.as_db_error().unwrap().message().to_string()
+}
+
+async fn count(client: &Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// Every query's memory went back to the pool (a finished query's account
+/// is dropped when its statement ends, just before the reply is sent).
+fn pool_returns_to_empty() {
+    let pool = server().engine.memory();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.used() != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        pool.used(),
+        0,
+        "bytes still charged after every query ended"
+    );
+}
+
+#[test]
+fn a_cross_join_fails_alone_with_53200_while_short_queries_go_on() {
+    let _turn = turn();
+    runtime().block_on(async {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut shorts = Vec::new();
+        for i in 0..8 {
+            let stop = stop.clone();
+            shorts.push(tokio::spawn(async move {
+                let client = connect().await;
+                let mut ran = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || ran == 0 {
+                    let key = 1 + (i * 37 + ran) % 500;
+                    let n = count(
+                        &client,
+                        &format!("select count(*) from lineitem where l_orderkey = {key}"),
+                    )
+                    .await;
+                    assert!((0..=7).contains(&n));
+                    assert_eq!(count(&client, "select count(*) from region").await, 5);
+                    ran += 1;
+                }
+                ran
+            }));
+        }
+        let client = connect().await;
+        // 60 175² rows: the result would need hundreds of GiB.
+        let message = fails_with(&client, "select * from lineitem a, lineitem b", "53200").await;
+        assert!(message.contains("stride.query_memory_limit"), "{message}");
+        // A join on a key with three values: ~1.2 billion rows.
+        fails_with(
+            &client,
+            "select a.l_orderkey, b.l_orderkey from lineitem a join lineitem b \
+             on a.l_returnflag = b.l_returnflag",
+            "53200",
+        )
+        .await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for s in shorts {
+            assert!(s.await.unwrap() > 0);
+        }
+        // The failing client's connection goes on.
+        assert_eq!(count(&client, "select count(*) from nation").await, 25);
+    });
+    pool_returns_to_empty();
+}
+
+#[test]
+fn breakers_over_their_share_fail_and_run_again_within_it() {
+    let _turn = turn();
+    runtime().block_on(async {
+        let client = connect().await;
+        client
+            .batch_execute("set stride.query_memory_limit = '64kB'")
+            .await
+            .unwrap();
+        let aggregate = "select l_orderkey, l_linenumber, count(*) from lineitem group by 1, 2";
+        let message = fails_with(&client, aggregate, "53200").await;
+        assert!(message.contains("aggregate"), "{message}");
+        let sort = "select l_comment from lineitem order by l_comment limit 100000";
+        fails_with(&client, sort, "53200").await;
+        let join = "select count(*) from lineitem join orders on l_orderkey = o_orderkey";
+        let message = fails_with(&client, join, "53200").await;
+        assert!(message.contains("hash join"), "{message}");
+        // Within the default share they all run.
+        client
+            .batch_execute("set stride.query_memory_limit = default")
+            .await
+            .unwrap();
+        let groups = client.query(aggregate, &[]).await.unwrap().len();
+        assert_eq!(
+            groups as i64,
+            count(&client, "select count(*) from lineitem").await
+        );
+        assert_eq!(count(&client, join).await, 60175);
+    });
+    pool_returns_to_empty();
+}
+
+#[test]
+fn the_limits_are_settings_and_a_view() {
+    let _turn = turn();
+    runtime().block_on(async {
+        let client = connect().await;
+        let show = |name: &'static str| {
+            let client = &client;
+            async move {
+                let row = client
+                    .query_one(&format!("show {name}"), &[])
+                    .await
+                    .unwrap();
+                row.get::<_, String>(0)
+            }
+        };
+        assert_eq!(show("stride.memory_limit").await, "256MB");
+        assert_eq!(show("stride.query_memory_limit").await, "32MB");
+        let row = client
+            .query_one(
+                "select memory_limit_bytes, query_memory_limit_bytes, refused_charges \
+                 from stride.memory",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>(0), SERVER_LIMIT as i64);
+        assert_eq!(row.get::<_, i64>(1), QUERY_LIMIT as i64);
+        let refusals_before: i64 = row.get(2);
+        // Lowering the server's limit below one query's need fails that
+        // query with the server's limit named.
+        client
+            .batch_execute("set stride.memory_limit = '1MB'")
+            .await
+            .unwrap();
+        let message = fails_with(
+            &client,
+            "select l_comment from lineitem order by l_comment",
+            "53200",
+        )
+        .await;
+        assert!(message.contains("stride.memory_limit"), "{message}");
+        client
+            .batch_execute("set stride.memory_limit = '256MB'")
+            .await
+            .unwrap();
+        let refusals: i64 = client
+            .query_one("select refused_charges from stride.memory", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(refusals > refusals_before);
+        // Bad sizes are refused with 22023.
+        fails_with(&client, "set stride.query_memory_limit = 'lots'", "22023").await;
+        fails_with(&client, "set stride.memory_limit = '0'", "22023").await;
+    });
+    pool_returns_to_empty();
+}
