@@ -1174,19 +1174,33 @@ pub(crate) fn split_role_statements(sql: &str) -> Option<Vec<Piece<'_>>> {
         .ok()?;
     let mut line_starts = vec![0usize];
     line_starts.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
-    let offset = |l: Location| -> usize {
-        let Some(&start) = usize::try_from(l.line)
-            .ok()
-            .and_then(|line| line.checked_sub(1))
-            .and_then(|i| line_starts.get(i))
-        else {
-            return sql.len();
-        };
-        let column = usize::try_from(l.column).unwrap_or(1).saturating_sub(1);
-        sql[start..]
-            .char_indices()
-            .nth(column)
-            .map_or(sql.len(), |(i, _)| start + i)
+    // The byte offset of a location (1-based line and character column).
+    // Locations are asked for in increasing order, so a cursor moves
+    // forward through the text: a long line is walked once, not once per
+    // statement on it.
+    let mut cursor = (1u64, 1u64, 0usize); // (line, column, byte)
+    let mut offset = |l: Location| -> usize {
+        if (l.line, l.column) < (cursor.0, cursor.1) {
+            cursor = (1, 1, 0);
+        }
+        if l.line > cursor.0 {
+            let Some(&start) = usize::try_from(l.line)
+                .ok()
+                .and_then(|line| line.checked_sub(1))
+                .and_then(|i| line_starts.get(i))
+            else {
+                return sql.len();
+            };
+            cursor = (l.line, 1, start);
+        }
+        let skip = usize::try_from(l.column.saturating_sub(cursor.1)).unwrap_or(usize::MAX);
+        match sql[cursor.2..].char_indices().nth(skip) {
+            Some((i, _)) => {
+                cursor = (l.line, l.column, cursor.2 + i);
+                cursor.2
+            }
+            None => sql.len(),
+        }
     };
     // (segment start, segment end, first two words with their byte ranges)
     type Word = (Keyword, usize, usize);
@@ -1334,6 +1348,31 @@ mod tests {
             pieces[1],
             Piece::Role {
                 text: " alter ROLE x nologin".into(),
+                create_user: false
+            }
+        );
+        // Many statements on one line, across lines, with multi-byte text:
+        // every piece is cut where its statement is.
+        let mut sql = "select 'ü';".repeat(2000);
+        sql.push_str("\nselect 1; grant select on t to bob;");
+        sql.push_str(&"select 'é';".repeat(2000));
+        sql.push_str("drop user y");
+        let pieces = split_role_statements(&sql).unwrap();
+        assert_eq!(pieces.len(), 4003);
+        assert_eq!(pieces[0], Piece::Plain("select 'ü'"));
+        assert_eq!(pieces[2000], Piece::Plain("\nselect 1"));
+        assert_eq!(
+            pieces[2001],
+            Piece::Role {
+                text: " grant select on t to bob".into(),
+                create_user: false
+            }
+        );
+        assert_eq!(pieces[4001], Piece::Plain("select 'é'"));
+        assert_eq!(
+            pieces[4002],
+            Piece::Role {
+                text: "drop ROLE y".into(),
                 create_user: false
             }
         );
