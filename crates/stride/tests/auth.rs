@@ -12,7 +12,6 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use stride_server::{Auth, ServerConfig};
-use tokio_postgres::NoTls;
 
 /// The bootstrap superuser `stride`'s password (roles of their own are
 /// tested in `roles.rs`).
@@ -66,16 +65,7 @@ async fn connect(
     addr: SocketAddr,
     password: &str,
 ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let conninfo = format!(
-        "host={} port={} user=stride dbname=stride password='{password}'",
-        addr.ip(),
-        addr.port()
-    );
-    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls).await?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(client)
+    common::client::connect_with_password(addr, "stride", password).await
 }
 
 #[test]

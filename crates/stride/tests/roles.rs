@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use stride_server::{Auth, ServerConfig};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// The bootstrap superuser `stride`'s password.
 const ADMIN_PASSWORD: &str = "bootstrap secret";
@@ -56,22 +56,7 @@ fn servers() -> &'static Fixture {
     })
 }
 
-async fn try_connect(
-    addr: SocketAddr,
-    user: &str,
-    password: &str,
-) -> Result<Client, tokio_postgres::Error> {
-    let conninfo = format!(
-        "host={} port={} user={user} dbname=stride password='{password}'",
-        addr.ip(),
-        addr.port()
-    );
-    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls).await?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(client)
-}
+use common::client::connect_with_password as try_connect;
 
 async fn connect(user: &str, password: &str) -> Client {
     try_connect(servers().scram, user, password)

@@ -13,6 +13,25 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A connection as `user` authenticating with `password` (SCRAM when the
+/// server asks for it), its driver task spawned; the error when refused.
+pub async fn connect_with_password(
+    addr: SocketAddr,
+    user: &str,
+    password: &str,
+) -> Result<Client, tokio_postgres::Error> {
+    let conninfo = format!(
+        "host={} port={} user={user} dbname=stride password='{password}'",
+        addr.ip(),
+        addr.port()
+    );
+    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
 /// A connection as `user` (trust authentication), its driver task spawned.
 pub async fn connect(addr: SocketAddr, user: &str) -> Client {
     let conninfo = format!(
