@@ -12,7 +12,7 @@
 //! engine's scheduler; the session's thread waits for it, the workers never do.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_common::{DataFusionError, ScalarValue, SchemaReference};
 use datafusion_expr::logical_plan::{DdlStatement, DmlStatement, Statement, WriteOp};
 use datafusion_expr::{Expr, LogicalPlan};
-use datafusion_optimizer::{Analyzer, Optimizer, OptimizerContext};
+use datafusion_optimizer::OptimizerContext;
 use datafusion_sql::parser::Statement as DFStatement;
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use datafusion_sql::sqlparser::ast::Statement as SqlStatement;
@@ -35,6 +35,7 @@ use stride_storage::{Catalog, Table};
 use crate::activity::{QueryLog, QueryOrigin};
 use crate::context::{FunctionRegistry, PlannerContext, SourceOrigin, StrideTableSource};
 use crate::error::{Result, SqlError};
+use crate::interrupt::Interrupt;
 use crate::lower::Lowerer;
 use crate::settings::SessionSettings;
 
@@ -417,103 +418,6 @@ struct TransactionState {
     wrote: bool,
 }
 
-/// Cancels a session's request from another thread (a client's
-/// CancelRequest, a disconnect, the server's `statement_timeout` timer).
-///
-/// A *request* is one call of [`Session::execute_statements`],
-/// [`Session::prepare`] or [`Session::execute_prepared`]. A cancel lands
-/// wherever the request is: before it starts (the server [`arm`]s the
-/// interrupt before handing the request to a thread, so a cancel that comes
-/// while the request waits for one is kept, not cleared), between planning
-/// phases (checked after parsing, binding, optimizing, each subquery and
-/// lowering), waiting for admission or running on the scheduler (the
-/// published [`stride_exec::Canceller`]).
-///
-/// [`arm`]: Interrupt::arm
-#[derive(Default)]
-pub struct Interrupt {
-    /// Why the current request must stop: [`STOP_NONE`], [`STOP_USER`] or
-    /// [`STOP_TIMEOUT`]; the first reason wins. SeqCst pairs the store with
-    /// the load after `running` is published.
-    requested: AtomicU8,
-    /// Set by [`Interrupt::arm`]: the next request starts with whatever
-    /// arrived since, instead of clearing it. SeqCst, like `requested`.
-    armed: AtomicBool,
-    /// The running request's deadline (its `statement_timeout`).
-    deadline: Mutex<Option<Instant>>,
-    /// Cancels the query on the scheduler, when one is running.
-    running: Mutex<Option<stride_exec::Canceller>>,
-}
-
-const STOP_NONE: u8 = 0;
-const STOP_USER: u8 = 1;
-const STOP_TIMEOUT: u8 = 2;
-
-impl Interrupt {
-    /// Cancels the request running now (or, once armed, the next one).
-    pub fn cancel(&self) {
-        self.stop(STOP_USER);
-    }
-
-    /// Stops the request because it ran past its `statement_timeout`.
-    pub fn time_out(&self) {
-        self.stop(STOP_TIMEOUT);
-    }
-
-    fn stop(&self, why: u8) {
-        let _ = self
-            .requested
-            .compare_exchange(STOP_NONE, why, Ordering::SeqCst, Ordering::SeqCst);
-        if let Some(c) = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
-            c.cancel();
-        }
-    }
-
-    /// Opens the window of the next request from outside the session, before
-    /// the request reaches a thread: clears earlier cancels and sets the
-    /// request's deadline. Cancels from now on stop that request.
-    pub fn arm(&self, deadline: Option<Instant>) {
-        self.requested.store(STOP_NONE, Ordering::SeqCst);
-        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = deadline;
-        self.armed.store(true, Ordering::SeqCst);
-    }
-
-    /// A request starts: unless armed, earlier cancels are forgotten and the
-    /// session's own `statement_timeout` sets the deadline.
-    fn begin(&self, timeout: Option<Duration>) {
-        if !self.armed.swap(false, Ordering::SeqCst) {
-            self.requested.store(STOP_NONE, Ordering::SeqCst);
-            *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) =
-                timeout.map(|t| Instant::now() + t);
-        }
-    }
-
-    /// The error of a stopped request.
-    fn stopped(&self) -> SqlError {
-        match self.requested.load(Ordering::SeqCst) {
-            STOP_TIMEOUT => SqlError::Timeout,
-            _ => SqlError::Cancelled,
-        }
-    }
-
-    fn check(&self) -> Result<()> {
-        if self.requested.load(Ordering::SeqCst) != STOP_NONE {
-            return Err(self.stopped());
-        }
-        let deadline = *self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            self.time_out();
-            return Err(self.stopped());
-        }
-        Ok(())
-    }
-}
-
 /// A statement parsed and bound once, to be executed with parameter values
 /// (the extended query protocol's prepared statements). Each execution binds
 /// the plan's table scans to the tables' current snapshots, so a prepared
@@ -559,7 +463,13 @@ fn external(e: SqlError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
+/// A DataFusion error as the SQL error it carries, when a Stride callback
+/// raised one (through any layers of context DataFusion added).
 fn internal_of(e: DataFusionError) -> SqlError {
+    let mut e = e;
+    while let DataFusionError::Context(_, inner) = e {
+        e = *inner;
+    }
     match e {
         DataFusionError::External(inner) => match inner.downcast::<SqlError>() {
             Ok(sql) => *sql,
@@ -689,13 +599,17 @@ impl Session {
         let options = &self.engine.options;
         let plan = crate::coerce::float_literals(plan)?;
         let plan = crate::integers::widen_integer_sums(plan)?;
-        let analyzed = Analyzer::new().execute_and_check(plan, options, |_, _| {})?;
+        let analyzed = crate::interrupt::analyzer(&self.interrupt)
+            .execute_and_check(plan, options, |_, _| {})
+            .map_err(internal_of)?;
         let analyzed = crate::integers::fold_constants(analyzed)?;
         let settings = crate::context::OptimizerSettings {
             context: OptimizerContext::new(),
             functions: &self.engine.functions,
         };
-        let optimized = Optimizer::new().optimize(analyzed, &settings, |_, _| {})?;
+        let optimized = crate::interrupt::optimizer(&self.interrupt)
+            .optimize(analyzed, &settings, |_, _| {})
+            .map_err(internal_of)?;
         crate::join_order::reorder_joins(optimized)
     }
 
@@ -1208,16 +1122,7 @@ impl Session {
             &self.engine.scheduler,
             facts,
             &memory,
-            &mut |canceller| {
-                let mut running = interrupt.running.lock().unwrap_or_else(|e| e.into_inner());
-                *running = canceller;
-                // A cancel that came before `running` was published is seen here.
-                if let Some(c) = running.as_ref() {
-                    if interrupt.requested.load(Ordering::SeqCst) != STOP_NONE {
-                        c.cancel();
-                    }
-                }
-            },
+            &mut |canceller| interrupt.publish(canceller),
         )
         .map_err(|e| match e {
             stride_exec::ExecError::Query(stride_sched::QueryError::Cancelled) => {

@@ -12,7 +12,9 @@
 //! * [`lower`] — logical → physical plan, cardinality estimates;
 //! * [`coerce`] — literal typing fixes applied before DataFusion's coercion;
 //! * [`engine`] — engine and sessions: statements, prepared statements with
-//!   parameters, DDL/DML, EXPLAIN, transactions blocks, cancellation;
+//!   parameters, DDL/DML, EXPLAIN, transactions blocks;
+//! * [`interrupt`] — cancels and `statement_timeout`, also inside the
+//!   optimizer;
 //! * [`settings`] — `SET`/`SHOW`: Stride's settings and PostgreSQL's;
 //! * [`limits`] — stack-safe planning: statement stacks, token and depth bounds;
 //! * [`integers`] — exact integer semantics: checked arithmetic, wide sums;
@@ -29,6 +31,7 @@ pub mod engine;
 pub mod error;
 pub mod history;
 pub mod integers;
+pub mod interrupt;
 pub mod join_order;
 pub mod limits;
 pub mod lower;
@@ -37,7 +40,7 @@ pub mod scram;
 pub mod settings;
 
 pub use engine::{
-    Engine, EngineConfig, FileAccess, Interrupt, MemoryConfig, Prepared, QueryOutput, Session,
-    StatementOutput,
+    Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session, StatementOutput,
 };
 pub use error::SqlError;
+pub use interrupt::Interrupt;

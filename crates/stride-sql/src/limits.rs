@@ -25,6 +25,11 @@
 //!    binding): a chain of more than [`REBALANCE_CHAIN`] `AND`s (or `OR`s)
 //!    becomes a balanced tree, so the common deep case — a long list of
 //!    alternatives — is only logarithmically deep from then on.
+//!    Long chains of `UNION` (or of `UNION ALL`) are balanced the same way
+//!    in the parsed text, before binding ([`rebalance_set_operations`]):
+//!    binding a left-deep chain of `n` branches computes source spans and
+//!    schemas at every level (quadratic: about a second for 2 000
+//!    branches), and the optimizer walks it as deep as it is long.
 //! 4. **A depth bound** on the bound plan ([`check_depth`], iterative): no
 //!    expression nests deeper than [`MAX_EXPRESSION_DEPTH`], no plan deeper
 //!    than [`MAX_PLAN_DEPTH`]. Everything after binding — Stride's lowering,
@@ -193,15 +198,143 @@ fn parse_plain(sql: &str) -> Result<std::collections::VecDeque<datafusion_sql::p
         .with_recursion_limit(PARSER_RECURSION_LIMIT)
         .build()
         .and_then(|mut p| p.parse_statements());
-    parsed.map_err(|e| match e {
-        DataFusionError::SQL(p, _) if matches!(*p, ParserError::RecursionLimitExceeded) => {
-            too_complex(format!(
-                "the text nests more than {PARSER_RECURSION_LIMIT} levels deep"
-            ))
+    parsed
+        .map_err(|e| match e {
+            DataFusionError::SQL(p, _) if matches!(*p, ParserError::RecursionLimitExceeded) => {
+                too_complex(format!(
+                    "the text nests more than {PARSER_RECURSION_LIMIT} levels deep"
+                ))
+            }
+            DataFusionError::SQL(p, _) => SqlError::Syntax(p.to_string()),
+            other => SqlError::Syntax(other.to_string()),
+        })
+        .map(|mut statements| {
+            statements.iter_mut().for_each(rebalance_set_operations);
+            statements
+        })
+}
+
+/// Turns every chain of more than [`REBALANCE_CHAIN`] `UNION`s of one kind
+/// (all `UNION ALL`, or all `UNION [DISTINCT]`) into a balanced tree of the
+/// same branches in the same order. Both operations are associative, the
+/// leftmost branch (which names the columns) stays leftmost, and so the
+/// result is the same; other set operations and mixed chains are left as
+/// written.
+pub fn rebalance_set_operations(statement: &mut datafusion_sql::parser::Statement) {
+    use datafusion_sql::parser::{CopyToSource, Statement as DFStatement};
+    use datafusion_sql::sqlparser::ast::{Query, VisitMut, VisitorMut};
+    use std::ops::ControlFlow;
+
+    struct Balancer;
+    impl VisitorMut for Balancer {
+        type Break = ();
+        fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+            balance_unions(&mut query.body);
+            ControlFlow::Continue(())
         }
-        DataFusionError::SQL(p, _) => SqlError::Syntax(p.to_string()),
-        other => SqlError::Syntax(other.to_string()),
-    })
+    }
+    match statement {
+        DFStatement::Statement(s) => {
+            let _ = s.visit(&mut Balancer);
+        }
+        DFStatement::CopyTo(copy) => {
+            if let CopyToSource::Query(q) = &mut copy.source {
+                let _ = q.visit(&mut Balancer);
+            }
+        }
+        DFStatement::Explain(explain) => rebalance_set_operations(&mut explain.statement),
+        DFStatement::CreateExternalTable(_) | DFStatement::Reset(_) => {}
+    }
+}
+
+/// [`rebalance_set_operations`] for one query body: the chain at its top,
+/// then the set operations below.
+fn balance_unions(body: &mut datafusion_sql::sqlparser::ast::SetExpr) {
+    balance_top_chain(body);
+    if let datafusion_sql::sqlparser::ast::SetExpr::SetOperation { left, right, .. } = body {
+        balance_unions(left);
+        balance_unions(right);
+    }
+}
+
+/// Balances the chain of `UNION`s of one kind at the top of `body`, if it
+/// is longer than [`REBALANCE_CHAIN`].
+fn balance_top_chain(body: &mut datafusion_sql::sqlparser::ast::SetExpr) {
+    use datafusion_sql::sqlparser::ast::{SetExpr, SetOperator, SetQuantifier, Values};
+
+    let SetExpr::SetOperation {
+        op: SetOperator::Union,
+        set_quantifier: quantifier,
+        ..
+    } = &*body
+    else {
+        return;
+    };
+    let quantifier = *quantifier;
+    if !matches!(
+        quantifier,
+        SetQuantifier::All | SetQuantifier::Distinct | SetQuantifier::None
+    ) {
+        return;
+    }
+    let same = |e: &SetExpr| {
+        matches!(e, SetExpr::SetOperation { op: SetOperator::Union, set_quantifier, .. }
+            if *set_quantifier == quantifier)
+    };
+    let mut branches = 1;
+    let mut at: &SetExpr = body;
+    while let SetExpr::SetOperation { left, .. } = at {
+        if !same(at) {
+            break;
+        }
+        branches += 1;
+        at = left;
+    }
+    if branches <= REBALANCE_CHAIN {
+        return;
+    }
+    // Unlink the chain without recursion: rights from last to first, then
+    // the leftmost branch.
+    let placeholder = || {
+        SetExpr::Values(Values {
+            explicit_row: false,
+            value_keyword: false,
+            rows: Vec::new(),
+        })
+    };
+    let mut leaves = Vec::with_capacity(branches);
+    let mut node = std::mem::replace(body, placeholder());
+    loop {
+        if !same(&node) {
+            leaves.push(node);
+            break;
+        }
+        let SetExpr::SetOperation { left, right, .. } = node else {
+            unreachable!("`same` matched a set operation")
+        };
+        leaves.push(*right);
+        node = *left;
+    }
+    leaves.reverse();
+    fn build(
+        leaves: &mut std::vec::Drain<'_, SetExpr>,
+        n: usize,
+        quantifier: SetQuantifier,
+    ) -> SetExpr {
+        if n == 1 {
+            return leaves.next().expect("a branch per leaf");
+        }
+        let left = build(leaves, n / 2, quantifier);
+        let right = build(leaves, n - n / 2, quantifier);
+        SetExpr::SetOperation {
+            left: Box::new(left),
+            op: SetOperator::Union,
+            set_quantifier: quantifier,
+            right: Box::new(right),
+        }
+    }
+    let n = leaves.len();
+    *body = build(&mut leaves.drain(..), n, quantifier);
 }
 
 /// Checks a bound plan against [`MAX_PLAN_DEPTH`] and
@@ -431,5 +564,92 @@ mod tests {
             vec!["(a + 1 = 2)"; MAX_OPERATOR_CHAIN].join(" and ")
         );
         assert!(check_tokens(&nested).is_ok());
+    }
+
+    /// The query body of the one statement `sql` parses to.
+    fn body(sql: &str) -> datafusion_sql::sqlparser::ast::SetExpr {
+        use datafusion_sql::parser::Statement as DFStatement;
+        use datafusion_sql::sqlparser::ast::Statement;
+        let mut parsed = parse(sql).unwrap();
+        let DFStatement::Statement(s) = parsed.pop_front().unwrap() else {
+            panic!("not a query")
+        };
+        let Statement::Query(q) = *s else {
+            panic!("not a query")
+        };
+        *q.body
+    }
+
+    /// Depth of the set-operation tree and its branches (`select N`), in order.
+    fn shape(
+        e: &datafusion_sql::sqlparser::ast::SetExpr,
+        depth: usize,
+        out: &mut Vec<String>,
+    ) -> usize {
+        use datafusion_sql::sqlparser::ast::SetExpr;
+        match e {
+            SetExpr::SetOperation { left, right, .. } => {
+                shape(left, depth + 1, out).max(shape(right, depth + 1, out))
+            }
+            other => {
+                out.push(other.to_string());
+                depth
+            }
+        }
+    }
+
+    fn union_chain(n: usize, op: &str) -> String {
+        (0..n)
+            .map(|i| format!("select {i}"))
+            .collect::<Vec<_>>()
+            .join(&format!(" {op} "))
+    }
+
+    #[test]
+    fn long_union_chains_are_balanced_in_order() {
+        on_statement_stack(|| {
+            for op in ["union all", "union", "union distinct"] {
+                let mut branches = Vec::new();
+                let depth = shape(&body(&union_chain(1000, op)), 0, &mut branches);
+                assert!(depth <= 11, "{op}: depth {depth}");
+                let expected: Vec<_> = (0..1000).map(|i| format!("SELECT {i}")).collect();
+                assert_eq!(branches, expected, "{op}: branches keep their order");
+            }
+            // Short chains stay as written (left-deep).
+            let mut branches = Vec::new();
+            let n = REBALANCE_CHAIN;
+            assert_eq!(
+                shape(&body(&union_chain(n, "union all")), 0, &mut branches),
+                n - 1
+            );
+        });
+    }
+
+    #[test]
+    fn mixed_and_non_associative_chains_are_left_alone() {
+        on_statement_stack(|| {
+            // EXCEPT is not associative: a long chain keeps its shape.
+            let mut branches = Vec::new();
+            assert_eq!(
+                shape(&body(&union_chain(100, "except")), 0, &mut branches),
+                99
+            );
+            // A UNION ALL chain ending in one UNION: the top is the UNION,
+            // its left a balanced UNION ALL chain of the other branches.
+            use datafusion_sql::sqlparser::ast::{SetExpr, SetQuantifier};
+            let sql = format!("{} union select 100", union_chain(100, "union all"));
+            let SetExpr::SetOperation {
+                left,
+                set_quantifier,
+                ..
+            } = body(&sql)
+            else {
+                panic!("a set operation")
+            };
+            assert_eq!(set_quantifier, SetQuantifier::None);
+            let mut branches = Vec::new();
+            assert!(shape(&left, 0, &mut branches) <= 8);
+            assert_eq!(branches.len(), 100);
+        });
     }
 }
