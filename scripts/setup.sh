@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks need besides Rust.
 #
-#   bash scripts/setup.sh           psql and pgbench (Debian's postgresql-client),
-#                                   used by the server tests
+#   bash scripts/setup.sh           what the server tests drive Stride with:
+#                                   psql and pgbench (Debian's postgresql-client),
+#                                   Java and pgjdbc (Debian), psycopg (PyPI,
+#                                   scripts/requirements-test.txt)
 #   bash scripts/setup.sh --peers   also the peer comparison (scripts/peers.py):
 #                                   PostgreSQL's server (Debian's postgresql) and
 #                                   duckdb + psycopg (PyPI, scripts/requirements.txt)
@@ -33,6 +35,16 @@ if ! command -v psql >/dev/null || ! command -v pgbench >/dev/null; then
         echo "setup: postgresql-client did not provide psql and pgbench" >&2
         exit 1
     }
+fi
+
+if ! command -v java >/dev/null; then
+    apt_install default-jre-headless
+fi
+if [ ! -f /usr/share/java/postgresql.jar ]; then
+    apt_install libpostgresql-jdbc-java
+fi
+if ! python3 -c "import psycopg" 2>/dev/null; then
+    python3 -m pip install -q -r requirements-test.txt
 fi
 
 if [ "$peers" = 1 ]; then

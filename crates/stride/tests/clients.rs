@@ -1,0 +1,94 @@
+//! Real drivers over the wire: psycopg (Python) and pgjdbc (Java) as pooled
+//! applications run them, every statement prepared on the server and
+//! re-executed while another connection inserts rows, drops the table and
+//! creates it again. A prepared statement must see every committed insert,
+//! fail with 42P01 once its table is gone, and read the new table after.
+//!
+//! The drivers' programs are in `tests/clients/`; `scripts/setup.sh`
+//! installs the drivers (psycopg from PyPI, Java and pgjdbc from Debian).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn server() -> SocketAddr {
+    static SERVER: OnceLock<SocketAddr> = OnceLock::new();
+    *SERVER.get_or_init(|| {
+        let engine = common::test_engine(2);
+        let config = stride_server::ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..Default::default()
+        };
+        common::client::serve(engine, config, 2)
+    })
+}
+
+/// Runs a driver's program against the test server; its standard output.
+fn run(program: &str, args: &[&str], what: &str) -> String {
+    let addr = server();
+    let out = Command::new(program)
+        .args(args)
+        .arg(addr.ip().to_string())
+        .arg(addr.port().to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {program} ({e}); run scripts/setup.sh"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn program(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Each insert is seen: counts 1..5 and running sums of 10, 20, … 50.
+const SEEN: &str = "seen 1:10 2:30 3:60 4:100 5:150";
+
+#[test]
+fn psycopg_prepared_statements_see_every_write_and_ddl() {
+    let out = run(
+        "python3",
+        &[&program("psycopg_prepared.py")],
+        "psycopg (prepare_threshold=0)",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            SEEN,
+            "prepared yes",
+            "dropped 42P01",
+            "recreated 1:7",
+            // PostgreSQL: "cached plan must not change result type".
+            "retyped 0A000",
+        ],
+        "{out}"
+    );
+}
+
+#[test]
+fn jdbc_prepared_statements_see_every_write_and_ddl() {
+    let out = run(
+        "java",
+        &[
+            "-cp",
+            "/usr/share/java/postgresql.jar",
+            &program("JdbcPrepared.java"),
+        ],
+        "pgjdbc (prepareThreshold=1)",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, [SEEN, "dropped 42P01", "recreated 1:7"], "{out}");
+}
