@@ -18,6 +18,7 @@ use stride_exec::QueryStats;
 use stride_storage::Table;
 
 use crate::error::Result;
+use crate::roles::RoleId;
 
 /// How many finished queries `stride.queries` keeps.
 pub const RECENT_QUERIES: usize = 1000;
@@ -31,6 +32,8 @@ pub struct QueryRecord {
     pub query_id: u64,
     pub session_id: u64,
     pub user: String,
+    /// The role the query ran as (who may read its text).
+    pub role: RoleId,
     pub sql: String,
     /// `running`, `done`, `failed` or `cancelled`.
     pub state: &'static str,
@@ -62,6 +65,7 @@ pub struct QueryLog {
 pub struct QueryOrigin<'a> {
     pub session_id: u64,
     pub user: &'a str,
+    pub role: RoleId,
     pub user_priority: f64,
     pub policy: String,
 }
@@ -74,6 +78,7 @@ impl QueryLog {
             query_id: id,
             session_id: origin.session_id,
             user: origin.user.to_string(),
+            role: origin.role,
             sql: sql.chars().take(4096).collect(),
             state: "running",
             error: None,
@@ -143,23 +148,43 @@ fn micros(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
-/// Builds the system view `stride.<name>` as a table snapshot, or `None` if
-/// there is no such view.
+/// Who reads a system view: as in PostgreSQL's `pg_stat_activity`, the
+/// text and error of another role's query are shown only to superusers
+/// (others read `<insufficient privilege>`); the figures are public.
+#[derive(Debug, Clone, Copy)]
+pub struct Viewer {
+    pub role: RoleId,
+    pub superuser: bool,
+}
+
+impl Viewer {
+    fn may_read(&self, record: &QueryRecord) -> bool {
+        self.superuser || record.role == self.role
+    }
+}
+
+/// What a viewer without the privilege reads in place of a query's text.
+pub const HIDDEN_TEXT: &str = "<insufficient privilege>";
+
+/// Builds the system view `stride.<name>` as a table snapshot for `viewer`,
+/// or `None` if there is no such view.
 pub fn system_table(
     name: &str,
     log: &QueryLog,
     scheduler: &stride_sched::Scheduler,
+    viewer: Viewer,
 ) -> Result<Option<Table>> {
     match name {
-        "queries" => queries_table(log).map(Some),
+        "queries" => queries_table(log, viewer).map(Some),
         "workers" => workers_table(scheduler).map(Some),
         "tuning" => tuning_table(scheduler).map(Some),
         _ => Ok(None),
     }
 }
 
-fn queries_table(log: &QueryLog) -> Result<Table> {
+fn queries_table(log: &QueryLog, viewer: Viewer) -> Result<Table> {
     let rows = log.snapshot();
+    let readable: Vec<bool> = rows.iter().map(|r| viewer.may_read(r)).collect();
     let now = Instant::now();
     let f = |name: &str, t: DataType| Field::new(name, t, true);
     let schema = Arc::new(Schema::new(vec![
@@ -205,11 +230,17 @@ fn queries_table(log: &QueryLog) -> Result<Table> {
         )),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.state))),
         Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| r.sql.as_str()),
+            rows.iter()
+                .zip(&readable)
+                .map(|(r, &ok)| if ok { r.sql.as_str() } else { HIDDEN_TEXT }),
         )),
-        Arc::new(StringArray::from_iter(
-            rows.iter().map(|r| r.error.as_deref()),
-        )),
+        Arc::new(StringArray::from_iter(rows.iter().zip(&readable).map(
+            |(r, &ok)| match &r.error {
+                Some(e) if ok => Some(e.as_str()),
+                Some(_) => Some(HIDDEN_TEXT),
+                None => None,
+            },
+        ))),
         Arc::new(TimestampMicrosecondArray::from_iter_values(
             rows.iter().map(|r| micros(r.started_at)),
         )),

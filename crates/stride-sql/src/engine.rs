@@ -300,14 +300,18 @@ impl Engine {
     }
 
     /// The system view `stride.<name>`, built now; `None`: no such view.
-    pub fn system_view(&self, name: &str) -> Result<Option<Table>> {
+    pub fn system_view(
+        &self,
+        name: &str,
+        viewer: crate::activity::Viewer,
+    ) -> Result<Option<Table>> {
         match name {
             "roles" => self.roles.roles_table().map(Some),
             "table_privileges" => self.roles.table_privileges_table(&self.catalog).map(Some),
             "memory" => {
                 crate::activity::memory_table(&self.memory, self.query_memory_limit()).map(Some)
             }
-            _ => crate::activity::system_table(name, &self.log, &self.scheduler),
+            _ => crate::activity::system_table(name, &self.log, &self.scheduler, viewer),
         }
     }
 
@@ -578,7 +582,8 @@ impl Session {
 
     fn to_logical(&self, stmt: DFStatement) -> Result<LogicalPlan> {
         let engine = &self.engine;
-        let system = |name: &str| engine.system_view(name);
+        let viewer = self.viewer();
+        let system = |name: &str| engine.system_view(name, viewer);
         let session_user = self.current_user();
         let ctx = PlannerContext {
             catalog: &engine.catalog,
@@ -634,6 +639,14 @@ impl Session {
     /// Whether the session's role is a superuser (now).
     pub fn is_superuser(&self) -> bool {
         self.engine.roles.is_superuser(self.role)
+    }
+
+    /// This session as a reader of the system views.
+    fn viewer(&self) -> crate::activity::Viewer {
+        crate::activity::Viewer {
+            role: self.role,
+            superuser: self.is_superuser(),
+        }
     }
 
     /// The session's settings.
@@ -876,6 +889,7 @@ impl Session {
     /// ones.
     fn rebind(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         let engine = &self.engine;
+        let viewer = self.viewer();
         let current = |origin: &SourceOrigin| -> Result<Arc<Table>> {
             match origin {
                 SourceOrigin::Catalog { schema, table } => {
@@ -883,11 +897,12 @@ impl Session {
                         SqlError::Undefined(format!("relation \"{schema}.{table}\" does not exist"))
                     })
                 }
-                SourceOrigin::System { view } => {
-                    engine.system_view(view)?.map(Arc::new).ok_or_else(|| {
+                SourceOrigin::System { view } => engine
+                    .system_view(view, viewer)?
+                    .map(Arc::new)
+                    .ok_or_else(|| {
                         SqlError::Undefined(format!("relation \"stride.{view}\" does not exist"))
-                    })
-                }
+                    }),
             }
         };
         plan.transform_up_with_subqueries(|node| {
@@ -1072,6 +1087,7 @@ impl Session {
         let origin = QueryOrigin {
             session_id: self.id,
             user: &self.user,
+            role: self.role,
             user_priority: self.settings.user_priority,
             policy: self.engine.scheduler.policy().name().to_string(),
         };

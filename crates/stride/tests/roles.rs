@@ -336,3 +336,65 @@ fn trust_connects_roles_as_themselves_and_other_names_as_the_bootstrap_superuser
         assert_eq!(code, "28000");
     });
 }
+
+#[test]
+fn other_roles_query_texts_are_hidden_from_non_superusers() {
+    runtime().block_on(async {
+        let admin = admin().await;
+        admin
+            .batch_execute(
+                "create role quinn with login password 'quinn secret'; \
+                 create role rosa with login password 'rosa secret'",
+            )
+            .await
+            .unwrap();
+        let quinn = connect("quinn", "quinn secret").await;
+        let rosa = connect("rosa", "rosa secret").await;
+        value(&quinn, "select 'quinn''s secret literal'").await;
+        // A failed query's error text can hold data too.
+        fails_with(&quinn, "select 1 / (length('boom') - 4)", "22012").await;
+        value(&rosa, "select 'rosa''s own'").await;
+
+        let texts = |rows: Vec<SimpleQueryMessage>| -> Vec<(String, String, String)> {
+            rows.iter()
+                .filter_map(|m| match m {
+                    SimpleQueryMessage::Row(r) => Some((
+                        r.get(0).unwrap_or_default().to_string(),
+                        r.get(1).unwrap_or_default().to_string(),
+                        r.get(2).unwrap_or_default().to_string(),
+                    )),
+                    _ => None,
+                })
+                .collect()
+        };
+        let sql = "select usename, query, coalesce(error, '') from stride.queries \
+                   where usename in ('quinn', 'rosa') order by query_id";
+        let seen_by_rosa = texts(rosa.simple_query(sql).await.unwrap());
+        let quinn_rows: Vec<_> = seen_by_rosa.iter().filter(|r| r.0 == "quinn").collect();
+        assert_eq!(quinn_rows.len(), 2, "{seen_by_rosa:?}");
+        for (_, query, error) in quinn_rows {
+            assert_eq!(query, "<insufficient privilege>");
+            assert!(
+                error.is_empty() || error == "<insufficient privilege>",
+                "{error}"
+            );
+        }
+        // Whether some row of `user` holds `needle` in column `col` (1: the
+        // query, 2: the error).
+        let has = |rows: &[(String, String, String)], user: &str, col: usize, needle: &str| {
+            rows.iter()
+                .any(|r| r.0 == user && [&r.1, &r.2][col - 1].contains(needle))
+        };
+        assert!(
+            has(&seen_by_rosa, "rosa", 1, "rosa''s own"),
+            "{seen_by_rosa:?}"
+        );
+        // The superuser reads every text.
+        let seen_by_admin = texts(admin.simple_query(sql).await.unwrap());
+        assert!(
+            has(&seen_by_admin, "quinn", 1, "quinn''s secret literal"),
+            "{seen_by_admin:?}"
+        );
+        assert!(has(&seen_by_admin, "quinn", 2, "zero"), "{seen_by_admin:?}");
+    });
+}
