@@ -34,6 +34,14 @@ pub enum ExecError {
         used: usize,
         limit: usize,
     },
+    /// A function was asked to build a value larger than one value may be
+    /// (SQLSTATE 54000, PostgreSQL's "requested length too large").
+    #[error("requested length too large: {function} would build {} and one value may hold at most {}", crate::memory::format_bytes(*requested), crate::memory::format_bytes(*limit))]
+    ValueTooLarge {
+        function: String,
+        requested: usize,
+        limit: usize,
+    },
     /// A broken invariant of the executor itself.
     #[error("internal error: {0}")]
     Internal(String),
@@ -57,6 +65,8 @@ pub enum ErrorKind {
     /// A value could not be computed from its input (a bad cast, a string
     /// that does not parse, an invalid argument).
     InvalidData,
+    /// A value larger than one value may be.
+    ValueTooLarge,
 }
 
 impl ExecError {
@@ -65,6 +75,7 @@ impl ExecError {
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             ExecError::MemoryExhausted { .. } => Some(ErrorKind::OutOfMemory),
+            ExecError::ValueTooLarge { .. } => Some(ErrorKind::ValueTooLarge),
             ExecError::CardinalityViolation(_) => Some(ErrorKind::CardinalityViolation),
             ExecError::Query(QueryError::Cancelled) => Some(ErrorKind::Cancelled),
             ExecError::DataFusion(e) => datafusion_kind(e),
@@ -87,7 +98,10 @@ impl ExecError {
 fn datafusion_kind(e: &DataFusionError) -> Option<ErrorKind> {
     match e.find_root() {
         DataFusionError::ArrowError(a, _) => arrow_kind(a),
-        DataFusionError::External(x) => x.downcast_ref::<ArrowError>().and_then(arrow_kind),
+        DataFusionError::External(x) => match x.downcast_ref::<ExecError>() {
+            Some(e) => e.kind(),
+            None => x.downcast_ref::<ArrowError>().and_then(arrow_kind),
+        },
         DataFusionError::Execution(_) => Some(ErrorKind::InvalidData),
         _ => None,
     }

@@ -25,6 +25,8 @@ pub const DUPLICATE_OBJECT: &str = "42710";
 pub const DATATYPE_MISMATCH: &str = "42804";
 pub const INTERNAL_ERROR: &str = "XX000";
 pub const OUT_OF_MEMORY: &str = "53200";
+/// A value larger than one value may be ("requested length too large").
+pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
 pub const STATEMENT_TOO_COMPLEX: &str = "54001";
 pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
@@ -88,6 +90,7 @@ pub fn of(e: &SqlError) -> &'static str {
             Some(ErrorKind::Cancelled) => QUERY_CANCELED,
             Some(ErrorKind::CardinalityViolation) => CARDINALITY_VIOLATION,
             Some(ErrorKind::InvalidData) => DATA_EXCEPTION,
+            Some(ErrorKind::ValueTooLarge) => PROGRAM_LIMIT_EXCEEDED,
             None => INTERNAL_ERROR,
         },
         SqlError::Storage(e) => {

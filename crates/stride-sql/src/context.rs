@@ -78,6 +78,7 @@ impl Default for FunctionRegistry {
             }
             scalars.insert(f.name().to_string(), f);
         }
+        crate::functions::limit_value_sizes(&mut scalars);
         let mut aggregates = HashMap::new();
         for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
             for alias in f.aliases() {

@@ -10,6 +10,8 @@
 //! * [`join_order`] — reordering of inner-join clusters (dimension branches
 //!   joined before the fact table probes them);
 //! * [`lower`] — logical → physical plan, cardinality estimates;
+//! * [`functions`] — size-checked `repeat`, `lpad`, `rpad` (54000 beyond
+//!   1 GB per value);
 //! * [`coerce`] — literal typing fixes applied before DataFusion's coercion;
 //! * [`engine`] — engine and sessions: statements, prepared statements with
 //!   parameters, DDL/DML, EXPLAIN, transactions blocks;
@@ -29,6 +31,7 @@ pub mod coerce;
 pub mod context;
 pub mod engine;
 pub mod error;
+pub mod functions;
 pub mod history;
 pub mod integers;
 pub mod interrupt;

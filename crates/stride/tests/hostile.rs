@@ -1,7 +1,8 @@
 //! Hostile and careless input over the wire: statements that would overflow
 //! a stack, integer overflow, prepared statements across writes and DDL,
 //! server-side file access, invalid UTF-8, clients that never authenticate,
-//! cancels that arrive before a statement reaches its thread. After each
+//! cancels that arrive before a statement reaches its thread, functions
+//! asked for values beyond 1 GB. After each
 //! probe the server must still serve, with the right SQLSTATE returned.
 //!
 //! One server with TPC-H SF 0.01 serves every test of this file.
@@ -347,4 +348,56 @@ fn a_cancel_that_comes_before_the_statement_starts_is_kept() {
     // Without arming, an old cancel does not leak into a new request.
     interrupt.cancel();
     session.execute("select 1").unwrap();
+}
+
+#[test]
+fn functions_refuse_values_larger_than_one_gigabyte() {
+    runtime().block_on(async {
+        let client = connect("values").await;
+        for sql in [
+            // Constant arguments (folded while planning) and column arguments.
+            "select length(repeat('x', 2000000000))",
+            "select length(repeat('xy', 600000000))",
+            "select max(length(repeat(n_name, n_nationkey * 100000000))) from nation",
+            "select length(lpad('x', 300000000))",
+            "select length(rpad('x', 300000000, 'ab'))",
+        ] {
+            let err = fails_with(&client, sql, "54000").await;
+            let message = err.as_db_error().map(|d| d.message()).unwrap_or_default();
+            assert!(message.contains("requested length too large"), "{message}");
+        }
+        // Within the limit, and NULL or negative counts, as before.
+        assert_eq!(
+            count(&client, "select length(repeat('ab', 1000))::bigint").await,
+            2000
+        );
+        assert_eq!(
+            count(
+                &client,
+                "select sum(length(repeat(n_name, n_nationkey)))::bigint from nation"
+            )
+            .await,
+            count(
+                &client,
+                "select sum(length(n_name) * n_nationkey)::bigint from nation"
+            )
+            .await
+        );
+        assert_eq!(
+            count(&client, "select length(repeat('ab', -3))::bigint").await,
+            0
+        );
+        assert_eq!(
+            count(&client, "select length(lpad('ab', 10, 'xyz'))::bigint").await,
+            10
+        );
+        let null: Option<i64> = client
+            .query_one("select length(repeat('ab', null::bigint))::bigint", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(null, None);
+        still_usable(&client).await;
+    });
+    server_still_serves();
 }
