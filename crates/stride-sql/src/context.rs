@@ -79,6 +79,16 @@ impl Default for FunctionRegistry {
             scalars.insert(f.name().to_string(), f);
         }
         crate::functions::limit_value_sizes(&mut scalars);
+        // `version()` names the PostgreSQL version Stride speaks (clients
+        // parse its first two words) and Stride itself.
+        scalars.insert(
+            "version".to_string(),
+            Arc::new(ScalarUDF::new_from_impl(SessionConstant {
+                name: "version".to_string(),
+                value: version_string(),
+                signature: Signature::nullary(Volatility::Immutable),
+            })),
+        );
         let mut aggregates = HashMap::new();
         for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
             for alias in f.aliases() {
@@ -100,12 +110,25 @@ impl Default for FunctionRegistry {
     }
 }
 
+/// The value of `version()`: `PostgreSQL <server_version> (Stride <crate
+/// version>) on <arch>-<os>, 64-bit`.
+pub fn version_string() -> String {
+    let server_version = crate::settings::SERVER_VERSION;
+    format!(
+        "PostgreSQL {server_version} (Stride {}) on {}-{}, {}-bit",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+        usize::BITS
+    )
+}
+
 /// Functions whose value is the session's role (SQL's special functions,
 /// written without parentheses).
 const SESSION_FUNCTIONS: &[&str] = &["current_user", "session_user", "current_role"];
 
-/// `current_user` and its kin: a constant of the statement's session, so
-/// the optimizer folds it into a literal.
+/// `current_user` and its kin, and `version()`: a constant of the
+/// statement's session, so the optimizer folds it into a literal.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct SessionConstant {
     name: String,

@@ -23,11 +23,14 @@ use stride_sched::Policy;
 
 use crate::error::{Result, SqlError};
 
+/// The PostgreSQL version Stride's protocol and catalog answers follow.
+pub const SERVER_VERSION: &str = "16.0";
+
 /// PostgreSQL settings a client may read (and, where `settable`, write),
 /// with their values. Values other than the listed ones are rejected where
 /// Stride cannot honour them (e.g. a client encoding other than UTF8).
 pub const PG_SETTINGS: &[(&str, &str, bool)] = &[
-    ("server_version", "16.0", false),
+    ("server_version", SERVER_VERSION, false),
     ("server_version_num", "160000", false),
     ("server_encoding", "UTF8", false),
     ("client_encoding", "UTF8", true),
