@@ -68,13 +68,23 @@ pub fn execute_with(
     on_running(Some(handle.canceller()));
     let outcome = handle.wait();
     on_running(None);
-    let mut stats = outcome.map_err(unwrap_query_error)?;
-    stats.memory_peak = memory.peak();
-    let batches = result
-        .take()
-        .into_iter()
-        .map(|b| relabel(&schema, b))
-        .collect::<Result<Vec<_>>>()?;
+    let collected = outcome.map_err(unwrap_query_error).and_then(|mut stats| {
+        // The result is read back from its spill file, if it spilled: from
+        // here on it is the caller's, outside the query's account.
+        let batches = result
+            .take()?
+            .map(|b| relabel(&schema, b?))
+            .collect::<Result<Vec<_>>>()?;
+        stats.memory_peak = memory.peak();
+        stats.spilled_bytes = memory.spilled_bytes() as usize;
+        Ok((stats, batches))
+    });
+    // The query's spill files go now, whether it succeeded or not (a task
+    // set the scheduler still holds cannot make new ones).
+    if let Some(spill) = memory.spill() {
+        spill.close();
+    }
+    let (stats, batches) = collected?;
     Ok(ExecOutput {
         schema,
         batches,

@@ -308,7 +308,7 @@ impl Compiler {
                     self.workers,
                     self.memory.clone(),
                     buffer.clone(),
-                );
+                )?;
                 let open = self.compile(input)?;
                 self.close(open, Arc::new(sink));
                 Self::read(buffer, "sorted rows")
