@@ -12,7 +12,8 @@
 //! A batch whose charge is refused goes to the buffer's spill file instead
 //! (where the query has a spill directory, [`crate::spill`]); the buffer
 //! remembers where each batch is, so that order by sequence number holds
-//! for spilled and kept batches alike:
+//! for spilled and kept batches alike (the query's result, made with
+//! [`Buffer::in_memory`], never spills: it is handed over in memory):
 //!
 //! ```text
 //!   push(seq, batch) ──charge ok──►  parts: (seq, Memory(batch))
@@ -23,7 +24,8 @@
 //!                        reaches it, one block at a time
 //! ```
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 
@@ -81,23 +83,48 @@ pub struct Buffer {
     parts: Mutex<Vec<(u64, Block)>>,
     /// The spill file being written (made at the first refused charge).
     writer: Mutex<Option<SpillWriter>>,
-    sealed: OnceLock<Sealed>,
-    /// Held while sealing (sealing writes the spill file's footer, which can fail).
-    sealing: Mutex<()>,
+    sealed: Mutex<Seal>,
+    /// Bytes of the kept batches charged to the query (Relaxed: returned
+    /// once, by `release`).
+    charged: AtomicUsize,
     memory: Arc<QueryMemory>,
     /// Names the buffer in a refused charge.
     label: &'static str,
+    /// Whether a refused charge spills (all but the query's result).
+    spillable: bool,
+}
+
+#[derive(Debug, Default)]
+enum Seal {
+    #[default]
+    Open,
+    Sealed(Arc<Sealed>),
+    /// Read to the end and returned ([`Buffer::release`]).
+    Released,
 }
 
 impl Buffer {
+    /// A buffer between pipelines: spills what its charge cannot keep.
     pub fn new(memory: Arc<QueryMemory>, label: &'static str) -> Self {
         Buffer {
             parts: Mutex::default(),
             writer: Mutex::default(),
-            sealed: OnceLock::new(),
-            sealing: Mutex::default(),
+            sealed: Mutex::default(),
+            charged: AtomicUsize::new(0),
             memory,
             label,
+            spillable: true,
+        }
+    }
+
+    /// A buffer that never spills: the query's result, which is handed to
+    /// the client whole and in memory, so that a result larger than the
+    /// share fails with 53200 instead of being written out and read back
+    /// outside the account.
+    pub fn in_memory(memory: Arc<QueryMemory>, label: &'static str) -> Self {
+        Buffer {
+            spillable: false,
+            ..Self::new(memory, label)
         }
     }
 
@@ -108,8 +135,13 @@ impl Buffer {
         if rows == 0 {
             return Ok(());
         }
-        let block = match self.memory.grow(batch_bytes(&batch), self.label) {
-            Ok(()) => Block::Memory(batch),
+        let bytes = batch_bytes(&batch);
+        let block = match self.memory.grow(bytes, self.label) {
+            Ok(()) => {
+                self.charged.fetch_add(bytes, Ordering::Relaxed);
+                Block::Memory(batch)
+            }
+            Err(refused) if !self.spillable => return Err(refused),
             Err(refused) => {
                 let spill = self.memory.spill_for(refused)?;
                 let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
@@ -156,16 +188,20 @@ impl Buffer {
     }
 
     /// The blocks in sequence order. Seals the buffer on first call.
-    pub fn seal(&self) -> Result<&Sealed> {
-        if let Some(s) = self.sealed.get() {
-            return Ok(s);
+    pub fn seal(&self) -> Result<Arc<Sealed>> {
+        let mut seal = self.sealed.lock().unwrap_or_else(|e| e.into_inner());
+        match &*seal {
+            Seal::Sealed(s) => Ok(s.clone()),
+            Seal::Released => Err(crate::ExecError::Internal(format!(
+                "{} read after it was released",
+                self.label
+            ))),
+            Seal::Open => {
+                let sealed = Arc::new(self.take_parts()?);
+                *seal = Seal::Sealed(sealed.clone());
+                Ok(sealed)
+            }
         }
-        let _sealing = self.sealing.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = self.sealed.get() {
-            return Ok(s);
-        }
-        let sealed = self.take_parts()?;
-        Ok(self.sealed.get_or_init(|| sealed))
     }
 
     /// Takes the collected batches in sequence order without sealing (the
@@ -174,6 +210,15 @@ impl Buffer {
     pub fn take(&self) -> Result<impl Iterator<Item = Result<RecordBatch>>> {
         let sealed = self.take_parts()?;
         Ok((0..sealed.blocks.len()).map(move |i| sealed.read(i)))
+    }
+
+    /// Drops what the buffer holds and returns its charge (once its reader
+    /// read it all): a later pipeline of the query has the room.
+    pub fn release(&self) {
+        *self.sealed.lock().unwrap_or_else(|e| e.into_inner()) = Seal::Released;
+        self.parts.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.memory.shrink(self.charged.swap(0, Ordering::Relaxed));
     }
 }
 
@@ -221,6 +266,11 @@ mod tests {
         }
         // Sealing is done once: a second reader sees the same blocks.
         assert_eq!(buffer.seal().unwrap().blocks.len(), 8);
+        drop(sealed);
+        // Read to the end, it returns its memory.
+        buffer.release();
+        assert_eq!(memory.used(), 0);
+        assert!(buffer.seal().is_err());
 
         let result = Buffer::new(memory.clone(), "result");
         for seq in (0..6u64).rev() {

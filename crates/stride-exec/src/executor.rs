@@ -57,7 +57,7 @@ pub fn execute_with(
     memory: &Arc<QueryMemory>,
     on_running: &mut dyn FnMut(Option<Canceller>),
 ) -> Result<ExecOutput> {
-    let result = Arc::new(Buffer::new(memory.clone(), "query result"));
+    let result = Arc::new(Buffer::in_memory(memory.clone(), "query result"));
     let pipelines = compile(plan, scheduler.config().workers, result.clone(), memory)?;
     let count = pipelines.len();
     let task_sets: Vec<Arc<dyn TaskSetWork>> = pipelines
@@ -69,8 +69,7 @@ pub fn execute_with(
     let outcome = handle.wait();
     on_running(None);
     let collected = outcome.map_err(unwrap_query_error).and_then(|mut stats| {
-        // The result is read back from its spill file, if it spilled: from
-        // here on it is the caller's, outside the query's account.
+        // From here on the result is the caller's, outside the query's account.
         let batches = result
             .take()?
             .map(|b| relabel(&schema, b?))

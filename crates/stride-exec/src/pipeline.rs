@@ -95,6 +95,9 @@ impl TaskSetWork for Pipeline {
     }
 
     fn finalize(&self) -> Result<(), TaskError> {
+        // Every morsel was read: what the source held goes back first, so
+        // that the sink's finish has the room.
+        self.source.finish();
         Ok(self.sink.finish()?)
     }
 }

@@ -35,6 +35,9 @@ pub trait Source: Send + Sync + fmt::Debug {
     fn remaining_rows(&self) -> Option<usize> {
         None
     }
+    /// Called once after the pipeline's last morsel was processed: a source
+    /// that held an earlier pipeline's output returns its memory.
+    fn finish(&self) {}
     fn name(&self) -> String;
 }
 
@@ -96,7 +99,7 @@ impl Layout {
             LayoutBlocks::Batches(_) => false,
             LayoutBlocks::Buffer(b) => b
                 .seal()
-                .is_ok_and(|s| matches!(s.blocks[block], Block::Spilled { .. })),
+                .is_ok_and(|s| matches!(s.blocks.get(block), Some(Block::Spilled { .. }))),
         }
     }
 
@@ -211,6 +214,12 @@ impl Source for BlockSource {
             block += 1;
         }
         Ok(Some(morsel))
+    }
+
+    fn finish(&self) {
+        if let Blocks::Buffer { buffer, .. } = &self.blocks {
+            buffer.release();
+        }
     }
 
     fn remaining_rows(&self) -> Option<usize> {

@@ -240,6 +240,11 @@ impl QuerySpill {
     fn wrote(&self, bytes: u64) -> Result<()> {
         self.written.fetch_add(bytes, Ordering::Relaxed);
         self.area.written.fetch_add(bytes, Ordering::Relaxed);
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if *state == DirState::Closed {
+            // A straggler of an ended query: its file is already unlinked.
+            return Ok(());
+        }
         self.area.on_disk.fetch_add(bytes, Ordering::Relaxed);
         let now = self.on_disk.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if now > self.limit {
@@ -251,16 +256,25 @@ impl QuerySpill {
     }
 
     fn deleted(&self, bytes: u64) {
-        self.on_disk.fetch_sub(bytes, Ordering::Relaxed);
-        self.area.on_disk.fetch_sub(bytes, Ordering::Relaxed);
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // A closed query's files were counted out when it closed.
+        if *state != DirState::Closed {
+            self.on_disk.fetch_sub(bytes, Ordering::Relaxed);
+            self.area.on_disk.fetch_sub(bytes, Ordering::Relaxed);
+        }
     }
 
-    /// Removes the query's directory; files still open stay readable until
-    /// closed (their space is freed then), no new file can be made.
+    /// Removes the query's directory and counts its files out; a file still
+    /// open stays readable by whoever holds it (its space is freed when it
+    /// is closed); no new file can be made.
     pub fn close(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if *state == DirState::Created {
             let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        if *state != DirState::Closed {
+            let held = self.on_disk.swap(0, Ordering::Relaxed);
+            self.area.on_disk.fetch_sub(held, Ordering::Relaxed);
         }
         *state = DirState::Closed;
     }

@@ -38,6 +38,6 @@ pub mod settings;
 
 pub use engine::{
     Engine, EngineConfig, FileAccess, Interrupt, MemoryConfig, Prepared, QueryOutput, Session,
-    StatementOutput,
+    SpillConfig, StatementOutput,
 };
 pub use error::SqlError;

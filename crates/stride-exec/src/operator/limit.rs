@@ -81,6 +81,7 @@ impl Sink for LimitSink {
             left -= take;
             skip = 0;
         }
+        self.collected.release();
         Ok(())
     }
 
