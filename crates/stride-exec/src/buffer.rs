@@ -136,7 +136,12 @@ impl Buffer {
             return Ok(());
         }
         let bytes = batch_bytes(&batch);
-        let block = match self.memory.grow(bytes, self.label) {
+        let charged = if self.spillable {
+            self.memory.grow_spillable(bytes, self.label)
+        } else {
+            self.memory.grow(bytes, self.label)
+        };
+        let block = match charged {
             Ok(()) => {
                 self.charged.fetch_add(bytes, Ordering::Relaxed);
                 Block::Memory(batch)

@@ -13,6 +13,10 @@
 //! the query past its share, or the pool past its limit, fails with
 //! [`ExecError::MemoryExhausted`] (SQLSTATE 53200): the query fails alone,
 //! and dropping its `QueryMemory` hands everything it held back to the pool.
+//! Where the query has a spill directory ([`QueryMemory::with_spill`]),
+//! sorts, GROUP BY aggregates and buffers between pipelines answer a
+//! refused charge by writing to disk instead ([`crate::spill`]); the
+//! refusal is then no error.
 //!
 //! Charges are made at the grain of a batch, not of an allocation: the
 //! accounting bounds what a query can keep, it does not intercept the
@@ -218,6 +222,21 @@ impl QueryMemory {
         }
         self.peak.fetch_max(before + bytes, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// As [`QueryMemory::grow`], for an operator that spills what is
+    /// refused: refused at once where the spill area forces spilling (tests).
+    pub fn grow_spillable(&self, bytes: usize, what: &str) -> Result<()> {
+        match &self.spill {
+            Some(spill) if spill.forced() => Err(ExecError::MemoryExhausted {
+                scope: MemoryScope::Query,
+                what: what.to_string(),
+                requested: bytes,
+                used: self.used(),
+                limit: self.limit,
+            }),
+            _ => self.grow(bytes, what),
+        }
     }
 
     /// Returns `bytes` that were charged and are no longer held.

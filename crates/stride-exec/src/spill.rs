@@ -55,6 +55,8 @@ pub struct SpillArea {
     /// Bytes written since start, and bytes in files now (Relaxed counters).
     written: AtomicU64,
     on_disk: AtomicU64,
+    /// Tests: spillable operators spill every batch (Relaxed: a setting).
+    force: std::sync::atomic::AtomicBool,
 }
 
 impl SpillArea {
@@ -81,7 +83,19 @@ impl SpillArea {
             next_query: AtomicU64::new(0),
             written: AtomicU64::new(0),
             on_disk: AtomicU64::new(0),
+            force: Default::default(),
         })
+    }
+
+    /// For tests: makes sorts, aggregates and buffers spill every batch,
+    /// as if every charge they ask for were refused (what cannot spill is
+    /// charged as usual), so that any query exercises the spill paths.
+    pub fn set_force(&self, force: bool) {
+        self.force.store(force, Ordering::Relaxed);
+    }
+
+    pub fn forced(&self) -> bool {
+        self.force.load(Ordering::Relaxed)
     }
 
     pub fn dir(&self) -> &Path {
@@ -180,6 +194,11 @@ pub struct QuerySpill {
 }
 
 impl QuerySpill {
+    /// Whether spillable operators spill every batch ([`SpillArea::set_force`]).
+    pub fn forced(&self) -> bool {
+        self.area.forced()
+    }
+
     /// Bytes this query wrote to spill files.
     pub fn spilled_bytes(&self) -> u64 {
         self.written.load(Ordering::Relaxed)

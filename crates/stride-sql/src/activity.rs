@@ -419,7 +419,7 @@ fn tuning_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
 
 /// `stride.memory`: one row with the server-wide limit, what all queries
 /// hold now and at most so far, how many charges were refused (each failed
-/// its query with 53200, before queries spilled), the default share of one
+/// its query with 53200 or made an operator spill), the default share of one
 /// query, the bytes queries wrote to spill files since start and the bytes
 /// in spill files now.
 pub fn memory_table(

@@ -56,6 +56,9 @@ pub struct SpillConfig {
     /// `temp_file_limit`: bytes one query may hold in spill files; `None`:
     /// no limit.
     pub file_limit: Option<u64>,
+    /// For tests: spillable operators spill every batch
+    /// (`stride_exec::SpillArea::set_force`).
+    pub force: bool,
 }
 
 /// Memory governance (see `stride_exec::memory`).
@@ -244,6 +247,7 @@ impl Engine {
             spill: Mutex::new({
                 let area = stride_exec::SpillArea::new(config.spill.temp_dir.as_deref());
                 area.set_file_limit(config.spill.file_limit);
+                area.set_force(config.spill.force);
                 area
             }),
         })
@@ -273,6 +277,7 @@ impl Engine {
         let mut spill = self.spill.lock().unwrap_or_else(|e| e.into_inner());
         let area = stride_exec::SpillArea::new(Some(parent));
         area.set_file_limit(spill.file_limit());
+        area.set_force(spill.forced());
         *spill = area;
         Ok(())
     }

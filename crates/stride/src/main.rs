@@ -315,6 +315,7 @@ fn start_traced(
     let spill = stride_sql::SpillConfig {
         temp_dir: global.temp_dir.clone(),
         file_limit: global.temp_file_limit.map(|b| b as u64),
+        force: false,
     };
     let engine = Engine::new(EngineConfig {
         scheduler,

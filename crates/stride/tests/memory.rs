@@ -42,6 +42,7 @@ fn server() -> &'static Fixture {
             spill: stride_sql::SpillConfig {
                 temp_dir: Some(temp_parent()),
                 file_limit: None,
+                force: false,
             },
         });
         engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");

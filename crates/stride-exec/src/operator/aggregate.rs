@@ -793,7 +793,12 @@ impl Sink for AggregateSink {
             let held = p.table.as_ref().map_or(0, GroupTable::bytes)
                 + p.states.iter().map(GroupState::bytes).sum::<usize>();
             if held > p.charged {
-                match self.memory.grow(held - p.charged, "aggregate") {
+                let charged = if s.codec.is_some() {
+                    self.memory.grow_spillable(held - p.charged, "aggregate")
+                } else {
+                    self.memory.grow(held - p.charged, "aggregate")
+                };
+                match charged {
                     Ok(()) => p.charged = held,
                     // Without GROUP BY there is one group: nothing to split.
                     Err(refused) if s.codec.is_none() => return Err(refused),

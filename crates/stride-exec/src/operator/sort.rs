@@ -443,7 +443,12 @@ impl Sink for SortSink {
         // Re-label to the nullable schema so that concatenation sees one schema.
         let batch = RecordBatch::try_new(self.schema.clone(), batch.columns().to_vec())?;
         let bytes = batch_bytes(&batch);
-        if let Err(refused) = self.memory.grow(bytes, "sort input") {
+        let charged = if self.can_spill() {
+            self.memory.grow_spillable(bytes, "sort input")
+        } else {
+            self.memory.grow(bytes, "sort input")
+        };
+        if let Err(refused) = charged {
             if !self.can_spill() {
                 return Err(refused);
             }
