@@ -7,75 +7,307 @@
 //! batches are ordered by sequence number once and then shared read-only. This
 //! keeps the order a sort produced through later pipelines.
 //!
-//! Every batch a buffer keeps is charged to the query's memory account
-//! first ([`crate::memory`]); the charge lasts as long as the query.
+//! Every batch a buffer keeps in memory is charged to the query's memory
+//! account first ([`crate::memory`]); the charge lasts as long as the query.
+//! A batch whose charge is refused goes to the buffer's spill file instead
+//! (where the query has a spill directory, [`crate::spill`]); the buffer
+//! remembers where each batch is, so that order by sequence number holds
+//! for spilled and kept batches alike (the query's result, made with
+//! [`Buffer::in_memory`], never spills: it is handed over in memory):
+//!
+//! ```text
+//!   push(seq, batch) ──charge ok──►  parts: (seq, Memory(batch))
+//!          │ refused
+//!          └──────────────────────►  spill file ◄─ (seq, Spilled(index, rows))
+//!   seal (first read) ─► blocks sorted by seq; the spill file's footer is
+//!                        written; a reader loads a spilled block when it
+//!                        reaches it, one block at a time
+//! ```
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 
 use crate::error::Result;
 use crate::memory::{batch_bytes, QueryMemory};
+use crate::spill::{SpillFile, SpillWriter};
 
-#[derive(Debug)]
-pub struct Buffer {
-    parts: Mutex<Vec<(u64, RecordBatch)>>,
-    sealed: OnceLock<Vec<RecordBatch>>,
-    memory: Arc<QueryMemory>,
-    /// Names the buffer in a refused charge.
-    label: &'static str,
+/// Where one of a buffer's batches is.
+#[derive(Debug, Clone)]
+pub enum Block {
+    Memory(RecordBatch),
+    /// Batch `index` of the buffer's spill file.
+    Spilled {
+        index: usize,
+        rows: usize,
+    },
 }
 
-impl Buffer {
-    pub fn new(memory: Arc<QueryMemory>, label: &'static str) -> Self {
-        Buffer {
-            parts: Mutex::default(),
-            sealed: OnceLock::new(),
-            memory,
-            label,
+impl Block {
+    pub fn rows(&self) -> usize {
+        match self {
+            Block::Memory(b) => b.num_rows(),
+            Block::Spilled { rows, .. } => *rows,
+        }
+    }
+}
+
+/// A sealed buffer: its blocks in sequence order.
+#[derive(Debug, Default)]
+pub struct Sealed {
+    pub blocks: Vec<Block>,
+    file: Option<SpillFile>,
+}
+
+impl Sealed {
+    /// Block `i`, read back from the spill file where it was spilled.
+    pub fn read(&self, i: usize) -> Result<RecordBatch> {
+        match (&self.blocks[i], &self.file) {
+            (Block::Memory(b), _) => Ok(b.clone()),
+            (Block::Spilled { index, .. }, Some(file)) => file.read(*index),
+            (Block::Spilled { .. }, None) => Err(crate::ExecError::Internal(
+                "spilled block without a spill file".into(),
+            )),
         }
     }
 
-    /// Adds a batch produced from the morsel with sequence number `seq`.
-    pub fn push(&self, seq: u64, batch: RecordBatch) -> Result<()> {
-        if batch.num_rows() > 0 {
-            self.memory.grow(batch_bytes(&batch), self.label)?;
-            self.parts
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((seq, batch));
+    /// Whether any block is on disk.
+    pub fn spilled(&self) -> bool {
+        self.file.is_some()
+    }
+}
+
+#[derive(Debug)]
+pub struct Buffer {
+    parts: Mutex<Vec<(u64, Block)>>,
+    /// The spill file being written (made at the first refused charge).
+    writer: Mutex<Option<SpillWriter>>,
+    sealed: Mutex<Seal>,
+    /// Bytes of the kept batches charged to the query (Relaxed: returned
+    /// once, by `release`).
+    charged: AtomicUsize,
+    memory: Arc<QueryMemory>,
+    /// Names the buffer in a refused charge.
+    label: &'static str,
+    /// Whether a refused charge spills (all but the query's result).
+    spillable: bool,
+}
+
+#[derive(Debug, Default)]
+enum Seal {
+    #[default]
+    Open,
+    Sealed(Arc<Sealed>),
+    /// Read to the end and returned ([`Buffer::release`]).
+    Released,
+}
+
+impl Buffer {
+    /// A buffer between pipelines: spills what its charge cannot keep.
+    pub fn new(memory: Arc<QueryMemory>, label: &'static str) -> Self {
+        Buffer {
+            parts: Mutex::default(),
+            writer: Mutex::default(),
+            sealed: Mutex::default(),
+            charged: AtomicUsize::new(0),
+            memory,
+            label,
+            spillable: true,
         }
+    }
+
+    /// A buffer that never spills: the query's result, which is handed to
+    /// the client whole and in memory, so that a result larger than the
+    /// share fails with 53200 instead of being written out and read back
+    /// outside the account.
+    pub fn in_memory(memory: Arc<QueryMemory>, label: &'static str) -> Self {
+        Buffer {
+            spillable: false,
+            ..Self::new(memory, label)
+        }
+    }
+
+    /// Adds a batch produced from the morsel with sequence number `seq`:
+    /// kept in memory where its charge is granted, spilled where not.
+    pub fn push(&self, seq: u64, batch: RecordBatch) -> Result<()> {
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(());
+        }
+        let bytes = batch_bytes(&batch);
+        let charged = if self.spillable {
+            self.memory.grow_spillable(bytes, self.label)
+        } else {
+            self.memory.grow(bytes, self.label)
+        };
+        let block = match charged {
+            Ok(()) => {
+                self.charged.fetch_add(bytes, Ordering::Relaxed);
+                Block::Memory(batch)
+            }
+            Err(refused) if !self.spillable => return Err(refused),
+            Err(refused) => {
+                let spill = self.memory.spill_for(refused)?;
+                let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+                let w = match writer.as_mut() {
+                    Some(w) => w,
+                    None => writer.insert(spill.create(batch.schema())?),
+                };
+                Block::Spilled {
+                    index: w.write(&batch)?,
+                    rows,
+                }
+            }
+        };
+        self.parts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((seq, block));
         Ok(())
     }
 
     /// Adds batches that are already in final order (finalization output).
     pub fn push_all(&self, first_seq: u64, batches: Vec<RecordBatch>) -> Result<()> {
-        let bytes = batches.iter().map(batch_bytes).sum();
-        self.memory.grow(bytes, self.label)?;
-        let mut parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
         for (i, b) in batches.into_iter().enumerate() {
-            if b.num_rows() > 0 {
-                parts.push((first_seq + i as u64, b));
-            }
+            self.push(first_seq + i as u64, b)?;
         }
         Ok(())
     }
 
-    /// The batches in sequence order. Seals the buffer on first call.
-    pub fn batches(&self) -> &[RecordBatch] {
-        self.sealed.get_or_init(|| {
-            let mut parts =
-                std::mem::take(&mut *self.parts.lock().unwrap_or_else(|e| e.into_inner()));
-            parts.sort_by_key(|(seq, _)| *seq);
-            parts.into_iter().map(|(_, b)| b).collect()
+    /// Takes the parts in sequence order and finishes the spill file.
+    fn take_parts(&self) -> Result<Sealed> {
+        let mut parts = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|e| e.into_inner()));
+        parts.sort_by_key(|(seq, _)| *seq);
+        let file = self
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .map(SpillWriter::finish)
+            .transpose()?;
+        Ok(Sealed {
+            blocks: parts.into_iter().map(|(_, b)| b).collect(),
+            file,
         })
     }
 
-    /// Takes the collected batches in sequence order without sealing (for the
-    /// final result, read once).
-    pub fn take(&self) -> Vec<RecordBatch> {
-        let mut parts = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|e| e.into_inner()));
-        parts.sort_by_key(|(seq, _)| *seq);
-        parts.into_iter().map(|(_, b)| b).collect()
+    /// The blocks in sequence order. Seals the buffer on first call.
+    pub fn seal(&self) -> Result<Arc<Sealed>> {
+        let mut seal = self.sealed.lock().unwrap_or_else(|e| e.into_inner());
+        match &*seal {
+            Seal::Sealed(s) => Ok(s.clone()),
+            Seal::Released => Err(crate::ExecError::Internal(format!(
+                "{} read after it was released",
+                self.label
+            ))),
+            Seal::Open => {
+                let sealed = Arc::new(self.take_parts()?);
+                *seal = Seal::Sealed(sealed.clone());
+                Ok(sealed)
+            }
+        }
+    }
+
+    /// Takes the collected batches in sequence order without sealing (the
+    /// final result, a limit's input: read once), reading spilled batches
+    /// back one at a time as the iterator reaches them.
+    pub fn take(&self) -> Result<impl Iterator<Item = Result<RecordBatch>>> {
+        let sealed = self.take_parts()?;
+        Ok((0..sealed.blocks.len()).map(move |i| sealed.read(i)))
+    }
+
+    /// Drops what the buffer holds and returns its charge (once its reader
+    /// read it all): a later pipeline of the query has the room.
+    pub fn release(&self) {
+        *self.sealed.lock().unwrap_or_else(|e| e.into_inner()) = Seal::Released;
+        self.parts.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.memory.shrink(self.charged.swap(0, Ordering::Relaxed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryPool;
+    use crate::spill::SpillArea;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn batch(from: i64, n: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from_iter_values(from..from + n))],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn batches_past_the_share_spill_and_read_back_in_sequence_order() {
+        let parent = crate::spill::tests::temp_parent("buffer");
+        let area = SpillArea::new(Some(&parent));
+        // Room for two of the 8 kB batches.
+        let memory = QueryMemory::with_spill(MemoryPool::new(1 << 30), 20_000, Some(area.query()));
+        let buffer = Buffer::new(memory.clone(), "test");
+        // Pushed out of order, as workers do.
+        let order = [5u64, 1, 7, 0, 3, 2, 6, 4];
+        for &seq in &order {
+            buffer.push(seq, batch(seq as i64 * 1000, 1000)).unwrap();
+        }
+        assert_eq!(memory.used(), 16_000);
+        assert!(memory.spilled_bytes() > 0);
+        let sealed = buffer.seal().unwrap();
+        assert!(sealed.spilled());
+        let memory_blocks = sealed
+            .blocks
+            .iter()
+            .filter(|b| matches!(b, Block::Memory(_)))
+            .count();
+        assert_eq!(memory_blocks, 2);
+        for i in 0..8 {
+            assert_eq!(sealed.read(i).unwrap(), batch(i as i64 * 1000, 1000));
+        }
+        // Sealing is done once: a second reader sees the same blocks.
+        assert_eq!(buffer.seal().unwrap().blocks.len(), 8);
+        drop(sealed);
+        // Read to the end, it returns its memory.
+        buffer.release();
+        assert_eq!(memory.used(), 0);
+        assert!(buffer.seal().is_err());
+
+        let result = Buffer::new(memory.clone(), "result");
+        for seq in (0..6u64).rev() {
+            result.push(seq, batch(seq as i64, 1)).unwrap();
+        }
+        let got: Vec<i64> = result
+            .take()
+            .unwrap()
+            .map(|b| {
+                b.unwrap()
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .value(0)
+            })
+            .collect();
+        assert_eq!(got, vec![0, 1, 2, 3, 4, 5]);
+        let dir = memory.spill().unwrap().dir().to_path_buf();
+        assert!(dir.exists());
+        drop((buffer, result, memory));
+        assert!(!dir.exists(), "the query's spill directory goes with it");
+        drop(area);
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
+
+    #[test]
+    fn without_a_spill_directory_a_refused_charge_fails() {
+        let memory = QueryMemory::new(MemoryPool::new(1 << 30), 10_000);
+        let buffer = Buffer::new(memory, "result");
+        buffer.push(0, batch(0, 1000)).unwrap();
+        let err = buffer.push(1, batch(0, 1000)).unwrap_err();
+        assert_eq!(err.kind(), Some(crate::ErrorKind::OutOfMemory));
     }
 }

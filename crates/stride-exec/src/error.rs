@@ -42,9 +42,28 @@ pub enum ExecError {
         requested: usize,
         limit: usize,
     },
+    /// A query's spill files would hold more than `temp_file_limit`
+    /// (SQLSTATE 53400, as PostgreSQL's).
+    #[error("temporary file size exceeds temp_file_limit ({limit_kb}kB)")]
+    TempFileLimit { limit_kb: u64 },
+    /// Writing or reading a spill file failed.
+    #[error("could not write or read spill file \"{}\": {source}", path.display())]
+    SpillIo {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     /// A broken invariant of the executor itself.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl ExecError {
+    pub(crate) fn spill_io(path: &std::path::Path, source: std::io::Error) -> Self {
+        ExecError::SpillIo {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
 }
 
 pub type Result<T, E = ExecError> = std::result::Result<T, E>;
@@ -67,6 +86,10 @@ pub enum ErrorKind {
     InvalidData,
     /// A value larger than one value may be.
     ValueTooLarge,
+    /// A query's spill files passed `temp_file_limit`.
+    TempFileLimit,
+    /// The spill directory's file system is full.
+    DiskFull,
 }
 
 impl ExecError {
@@ -76,6 +99,8 @@ impl ExecError {
         match self {
             ExecError::MemoryExhausted { .. } => Some(ErrorKind::OutOfMemory),
             ExecError::ValueTooLarge { .. } => Some(ErrorKind::ValueTooLarge),
+            ExecError::TempFileLimit { .. } => Some(ErrorKind::TempFileLimit),
+            ExecError::SpillIo { source, .. } => io_kind(source),
             ExecError::CardinalityViolation(_) => Some(ErrorKind::CardinalityViolation),
             ExecError::Query(QueryError::Cancelled) => Some(ErrorKind::Cancelled),
             ExecError::DataFusion(e) => datafusion_kind(e),
@@ -107,8 +132,13 @@ fn datafusion_kind(e: &DataFusionError) -> Option<ErrorKind> {
     }
 }
 
+fn io_kind(e: &std::io::Error) -> Option<ErrorKind> {
+    (e.raw_os_error() == Some(libc::ENOSPC)).then_some(ErrorKind::DiskFull)
+}
+
 fn arrow_kind(e: &ArrowError) -> Option<ErrorKind> {
     match e {
+        ArrowError::IoError(_, io) => io_kind(io),
         ArrowError::ArithmeticOverflow(_) => Some(ErrorKind::Overflow),
         ArrowError::DivideByZero => Some(ErrorKind::DivisionByZero),
         ArrowError::CastError(_)

@@ -57,7 +57,7 @@ pub fn execute_with(
     memory: &Arc<QueryMemory>,
     on_running: &mut dyn FnMut(Option<Canceller>),
 ) -> Result<ExecOutput> {
-    let result = Arc::new(Buffer::new(memory.clone(), "query result"));
+    let result = Arc::new(Buffer::in_memory(memory.clone(), "query result"));
     let pipelines = compile(plan, scheduler.config().workers, result.clone(), memory)?;
     let count = pipelines.len();
     let task_sets: Vec<Arc<dyn TaskSetWork>> = pipelines
@@ -68,13 +68,22 @@ pub fn execute_with(
     on_running(Some(handle.canceller()));
     let outcome = handle.wait();
     on_running(None);
-    let mut stats = outcome.map_err(unwrap_query_error)?;
-    stats.memory_peak = memory.peak();
-    let batches = result
-        .take()
-        .into_iter()
-        .map(|b| relabel(&schema, b))
-        .collect::<Result<Vec<_>>>()?;
+    let collected = outcome.map_err(unwrap_query_error).and_then(|mut stats| {
+        // From here on the result is the caller's, outside the query's account.
+        let batches = result
+            .take()?
+            .map(|b| relabel(&schema, b?))
+            .collect::<Result<Vec<_>>>()?;
+        stats.memory_peak = memory.peak();
+        stats.spilled_bytes = memory.spilled_bytes() as usize;
+        Ok((stats, batches))
+    });
+    // The query's spill files go now, whether it succeeded or not (a task
+    // set the scheduler still holds cannot make new ones).
+    if let Some(spill) = memory.spill() {
+        spill.close();
+    }
+    let (stats, batches) = collected?;
     Ok(ExecOutput {
         schema,
         batches,

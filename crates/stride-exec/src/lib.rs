@@ -16,6 +16,8 @@
 //! * [`source`] — morsel sources: table blocks and materialized buffers;
 //! * [`buffer`] — materialized intermediate results kept in source order;
 //! * [`memory`] — the server-wide memory pool and each query's account;
+//! * [`spill`] — the spill area: Arrow IPC files for what a query's share
+//!   cannot hold, one directory per query, removed when the query ends;
 //! * [`operator`] — one module per operator: filter, projection, hash join,
 //!   aggregate, sort, limit;
 //! * [`pipeline`] — pipelines as task sets, and the plan → pipelines compiler;
@@ -30,11 +32,13 @@ pub mod operator;
 pub mod pipeline;
 pub mod plan;
 pub mod source;
+pub mod spill;
 
 pub use error::{ErrorKind, ExecError, Result};
 pub use executor::{execute, execute_with, ExecOutput};
 pub use memory::{MemoryPool, QueryMemory};
 pub use plan::PhysicalPlan;
+pub use spill::{QuerySpill, SpillArea};
 pub use stride_sched::{Canceller, QueryStats};
 
 use std::sync::Arc;

@@ -13,6 +13,10 @@
 //! the query past its share, or the pool past its limit, fails with
 //! [`ExecError::MemoryExhausted`] (SQLSTATE 53200): the query fails alone,
 //! and dropping its `QueryMemory` hands everything it held back to the pool.
+//! Where the query has a spill directory ([`QueryMemory::with_spill`]),
+//! sorts, GROUP BY aggregates and buffers between pipelines answer a
+//! refused charge by writing to disk instead ([`crate::spill`]); the
+//! refusal is then no error.
 //!
 //! Charges are made at the grain of a batch, not of an allocation: the
 //! accounting bounds what a query can keep, it does not intercept the
@@ -32,6 +36,7 @@ use std::sync::Arc;
 use arrow::array::{Array, RecordBatch};
 
 use crate::error::{ExecError, Result};
+use crate::spill::QuerySpill;
 
 /// Where a charge hit its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,17 +131,56 @@ pub struct QueryMemory {
     used: AtomicUsize,
     /// Highest `used` of this query (Relaxed `fetch_max`).
     peak: AtomicUsize,
+    /// Where the query's operators put what their share cannot hold;
+    /// `None`: a refused charge fails the query (see [`crate::spill`]).
+    spill: Option<Arc<QuerySpill>>,
 }
 
 impl QueryMemory {
     /// An account of at most `limit` bytes in `pool`.
     pub fn new(pool: Arc<MemoryPool>, limit: usize) -> Arc<Self> {
+        Self::with_spill(pool, limit, None)
+    }
+
+    /// As [`QueryMemory::new`], with a spill directory: sorts, aggregates
+    /// and buffers write what a refused charge cannot keep to `spill`.
+    pub fn with_spill(
+        pool: Arc<MemoryPool>,
+        limit: usize,
+        spill: Option<Arc<QuerySpill>>,
+    ) -> Arc<Self> {
         Arc::new(QueryMemory {
             pool,
             limit,
             used: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
+            spill,
         })
+    }
+
+    /// The query's spill directory, where it has one.
+    pub fn spill(&self) -> Option<&Arc<QuerySpill>> {
+        self.spill.as_ref()
+    }
+
+    /// Bytes the query wrote to spill files.
+    pub fn spilled_bytes(&self) -> u64 {
+        self.spill.as_ref().map_or(0, |s| s.spilled_bytes())
+    }
+
+    /// The spill directory, when `err` is a refused charge that spilling
+    /// can answer; otherwise `err` back.
+    pub fn spill_for(&self, err: ExecError) -> Result<&Arc<QuerySpill>> {
+        match (&err, &self.spill) {
+            (ExecError::MemoryExhausted { .. }, Some(spill)) => Ok(spill),
+            _ => Err(err),
+        }
+    }
+
+    /// The most bytes this query could hold now: its share, or the pool's
+    /// limit where that is lower (spilling operators size their runs by it).
+    pub fn budget(&self) -> usize {
+        self.limit.min(self.pool.limit())
     }
 
     /// An account without limits.
@@ -178,6 +222,21 @@ impl QueryMemory {
         }
         self.peak.fetch_max(before + bytes, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// As [`QueryMemory::grow`], for an operator that spills what is
+    /// refused: refused at once where the spill area forces spilling (tests).
+    pub fn grow_spillable(&self, bytes: usize, what: &str) -> Result<()> {
+        match &self.spill {
+            Some(spill) if spill.forced() => Err(ExecError::MemoryExhausted {
+                scope: MemoryScope::Query,
+                what: what.to_string(),
+                requested: bytes,
+                used: self.used(),
+                limit: self.limit,
+            }),
+            _ => self.grow(bytes, what),
+        }
     }
 
     /// Returns `bytes` that were charged and are no longer held.

@@ -95,6 +95,9 @@ impl TaskSetWork for Pipeline {
     }
 
     fn finalize(&self) -> Result<(), TaskError> {
+        // Every morsel was read: what the source held goes back first, so
+        // that the sink's finish has the room.
+        self.source.finish();
         Ok(self.sink.finish()?)
     }
 }
@@ -308,7 +311,7 @@ impl Compiler {
                     self.workers,
                     self.memory.clone(),
                     buffer.clone(),
-                );
+                )?;
                 let open = self.compile(input)?;
                 self.close(open, Arc::new(sink));
                 Self::read(buffer, "sorted rows")

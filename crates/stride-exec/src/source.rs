@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
 
-use crate::buffer::Buffer;
+use crate::buffer::{Block, Buffer};
 use crate::error::Result;
 
 /// A morsel: one or more slices of consecutive rows, each with its sequence number.
@@ -35,6 +35,9 @@ pub trait Source: Send + Sync + fmt::Debug {
     fn remaining_rows(&self) -> Option<usize> {
         None
     }
+    /// Called once after the pipeline's last morsel was processed: a source
+    /// that held an earlier pipeline's output returns its memory.
+    fn finish(&self) {}
     fn name(&self) -> String;
 }
 
@@ -59,16 +62,53 @@ pub enum Blocks {
 }
 
 /// Hands out row ranges of a list of blocks.
+///
+/// A buffer's spilled block is handed out whole, in a morsel of its own
+/// (read from disk once): a morsel ends where a spilled block begins, and
+/// one that begins at a spilled block ends where it ends.
 #[derive(Debug)]
 pub struct BlockSource {
     blocks: Blocks,
     /// Base of the sequence numbers of this source's morsels.
     seq_base: u64,
-    /// Rows handed out so far. `fetch_add` by the requested morsel size; only
-    /// the returned range is read, nothing is published through it (Relaxed).
+    /// Rows handed out so far. Advanced by compare-and-swap over the range
+    /// a morsel takes; only that range is read, nothing is published
+    /// through it (Relaxed).
     cursor: AtomicUsize,
-    /// Block boundaries, computed on first use: `starts[i]` is the first row of block `i`.
-    layout: OnceLock<(Vec<RecordBatch>, Vec<usize>)>,
+    /// Blocks and their boundaries, computed on first use: `starts[i]` is
+    /// the first row of block `i`.
+    layout: OnceLock<Layout>,
+}
+
+#[derive(Debug)]
+struct Layout {
+    blocks: LayoutBlocks,
+    starts: Vec<usize>,
+}
+
+#[derive(Debug)]
+enum LayoutBlocks {
+    Batches(Vec<RecordBatch>),
+    /// A sealed buffer (its blocks in memory or spilled).
+    Buffer(Arc<Buffer>),
+}
+
+impl Layout {
+    fn spilled(&self, block: usize) -> bool {
+        match &self.blocks {
+            LayoutBlocks::Batches(_) => false,
+            LayoutBlocks::Buffer(b) => b
+                .seal()
+                .is_ok_and(|s| matches!(s.blocks.get(block), Some(Block::Spilled { .. }))),
+        }
+    }
+
+    fn read(&self, block: usize) -> Result<RecordBatch> {
+        match &self.blocks {
+            LayoutBlocks::Batches(b) => Ok(b[block].clone()),
+            LayoutBlocks::Buffer(b) => b.seal()?.read(block),
+        }
+    }
 }
 
 impl BlockSource {
@@ -85,43 +125,80 @@ impl BlockSource {
         }
     }
 
-    fn layout(&self) -> Result<&(Vec<RecordBatch>, Vec<usize>)> {
+    fn layout(&self) -> Result<&Layout> {
         if let Some(l) = self.layout.get() {
             return Ok(l);
         }
-        let batches: Vec<RecordBatch> = match &self.blocks {
+        let (blocks, rows): (LayoutBlocks, Vec<usize>) = match &self.blocks {
             Blocks::Table {
                 blocks, projection, ..
-            } => blocks
-                .iter()
-                .map(|b| b.project(projection))
-                .collect::<std::result::Result<_, _>>()?,
-            Blocks::Buffer { buffer, .. } => buffer.batches().to_vec(),
-            Blocks::Batches { batches, .. } => batches.to_vec(),
+            } => {
+                let batches = blocks
+                    .iter()
+                    .map(|b| b.project(projection))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let rows = batches.iter().map(|b| b.num_rows()).collect();
+                (LayoutBlocks::Batches(batches), rows)
+            }
+            Blocks::Buffer { buffer, .. } => {
+                let rows = buffer.seal()?.blocks.iter().map(Block::rows).collect();
+                (LayoutBlocks::Buffer(buffer.clone()), rows)
+            }
+            Blocks::Batches { batches, .. } => {
+                let rows = batches.iter().map(|b| b.num_rows()).collect();
+                (LayoutBlocks::Batches(batches.to_vec()), rows)
+            }
         };
-        let mut starts = Vec::with_capacity(batches.len() + 1);
+        let mut starts = Vec::with_capacity(rows.len() + 1);
         let mut total = 0;
-        for b in &batches {
+        for r in rows {
             starts.push(total);
-            total += b.num_rows();
+            total += r;
         }
         starts.push(total);
-        Ok(self.layout.get_or_init(|| (batches, starts)))
+        Ok(self.layout.get_or_init(|| Layout { blocks, starts }))
     }
 }
 
 impl Source for BlockSource {
     fn next_morsel(&self, rows: usize) -> Result<Option<Morsel>> {
-        let (batches, starts) = self.layout()?;
+        let layout = self.layout()?;
+        let starts = &layout.starts;
         let total = *starts.last().unwrap_or(&0);
         let rows = rows.max(1);
-        let start = self.cursor.fetch_add(rows, Ordering::Relaxed);
-        if start >= total {
-            return Ok(None);
-        }
-        let end = (start + rows).min(total);
-        // Block containing `start`: the last block whose start <= start.
-        let mut block = starts.partition_point(|&s| s <= start) - 1;
+        let mut start = self.cursor.load(Ordering::Relaxed);
+        let (first, end) = loop {
+            if start >= total {
+                return Ok(None);
+            }
+            // Block containing `start`: the last block whose start <= start.
+            let first = starts.partition_point(|&s| s <= start) - 1;
+            let end = if layout.spilled(first) {
+                starts[first + 1]
+            } else {
+                // Up to the next spilled block.
+                let mut end = (start + rows).min(total);
+                let mut b = first + 1;
+                while b + 1 < starts.len() && starts[b] < end {
+                    if layout.spilled(b) {
+                        end = starts[b];
+                        break;
+                    }
+                    b += 1;
+                }
+                end
+            };
+            match self.cursor.compare_exchange_weak(
+                start,
+                end,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break (first, end),
+                Err(now) => start = now,
+            }
+        };
+        let mut block = first;
         let mut row = start;
         let mut morsel = Morsel::default();
         while row < end {
@@ -129,7 +206,8 @@ impl Source for BlockSource {
             let block_end = starts[block + 1];
             let take_end = end.min(block_end);
             if take_end > row {
-                let slice = batches[block].slice(row - block_start, take_end - row);
+                let batch = layout.read(block)?;
+                let slice = batch.slice(row - block_start, take_end - row);
                 morsel.slices.push((self.seq_base + row as u64, slice));
             }
             row = take_end;
@@ -138,11 +216,16 @@ impl Source for BlockSource {
         Ok(Some(morsel))
     }
 
-    fn remaining_rows(&self) -> Option<usize> {
-        let total = *self.layout.get()?.1.last()?;
-        Some(total.saturating_sub(self.cursor.load(Ordering::Relaxed)))
+    fn finish(&self) {
+        if let Blocks::Buffer { buffer, .. } = &self.blocks {
+            buffer.release();
+        }
     }
 
+    fn remaining_rows(&self) -> Option<usize> {
+        let total = *self.layout.get()?.starts.last()?;
+        Some(total.saturating_sub(self.cursor.load(Ordering::Relaxed)))
+    }
     fn name(&self) -> String {
         match &self.blocks {
             Blocks::Table { name, .. } => format!("scan {name}"),

@@ -90,6 +90,8 @@ pub struct QueryStats {
     /// The most bytes the query's memory account held (filled in by the
     /// executor, which charges it; the scheduler does not see memory).
     pub memory_peak: usize,
+    /// Bytes the query wrote to spill files (filled in by the executor).
+    pub spilled_bytes: usize,
 }
 
 /// Most samples a query's priority trace keeps.
@@ -334,6 +336,7 @@ impl ResourceGroup {
                 .as_ref()
                 .map(|e| e.iter().map(|t| t.work).sum()),
             memory_peak: 0,
+            spilled_bytes: 0,
             morsel_size_histogram: c
                 .morsel_buckets
                 .iter()

@@ -27,6 +27,8 @@ pub const INTERNAL_ERROR: &str = "XX000";
 pub const OUT_OF_MEMORY: &str = "53200";
 /// A value larger than one value may be ("requested length too large").
 pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+pub const DISK_FULL: &str = "53100";
+pub const CONFIGURATION_LIMIT_EXCEEDED: &str = "53400";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
 pub const STATEMENT_TOO_COMPLEX: &str = "54001";
 pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
@@ -87,6 +89,8 @@ pub fn of(e: &SqlError) -> &'static str {
             Some(ErrorKind::Overflow) => NUMERIC_VALUE_OUT_OF_RANGE,
             Some(ErrorKind::DivisionByZero) => DIVISION_BY_ZERO,
             Some(ErrorKind::OutOfMemory) => OUT_OF_MEMORY,
+            Some(ErrorKind::TempFileLimit) => CONFIGURATION_LIMIT_EXCEEDED,
+            Some(ErrorKind::DiskFull) => DISK_FULL,
             Some(ErrorKind::Cancelled) => QUERY_CANCELED,
             Some(ErrorKind::CardinalityViolation) => CARDINALITY_VIOLATION,
             Some(ErrorKind::InvalidData) => DATA_EXCEPTION,
@@ -148,6 +152,13 @@ mod tests {
             limit: 12,
         };
         assert_eq!(of(&SqlError::Exec(oom)), "53200");
+        let temp = ExecError::TempFileLimit { limit_kb: 1024 };
+        assert_eq!(of(&SqlError::Exec(temp)), "53400");
+        let full = ExecError::SpillIo {
+            path: "/tmp/x".into(),
+            source: std::io::Error::from_raw_os_error(28), // ENOSPC
+        };
+        assert_eq!(of(&SqlError::Exec(full)), "53100");
         // Wrapped the way a failed task returns it to the scheduler.
         let task = stride_sched::TaskError::new(ExecError::CardinalityViolation("2 rows".into()));
         let wrapped = ExecError::Query(stride_sched::QueryError::Failed(task));

@@ -204,6 +204,7 @@ fn queries_table(log: &QueryLog, viewer: Viewer) -> Result<Table> {
         f("estimated_cpu_ms", DataType::Float64),
         f("finalize_ms", DataType::Float64),
         f("memory_peak_bytes", DataType::Int64),
+        f("spilled_bytes", DataType::Int64),
         f("task_sets", DataType::Int64),
         f("tasks", DataType::Int64),
         f("morsels", DataType::Int64),
@@ -266,6 +267,10 @@ fn queries_table(log: &QueryLog, viewer: Viewer) -> Result<Table> {
         Arc::new(Int64Array::from_iter(
             rows.iter()
                 .map(|r| done(r).then_some(r.stats.memory_peak as i64)),
+        )),
+        Arc::new(Int64Array::from_iter(
+            rows.iter()
+                .map(|r| done(r).then_some(r.stats.spilled_bytes as i64)),
         )),
         Arc::new(Int64Array::from_iter(
             rows.iter()
@@ -445,14 +450,22 @@ fn tuning_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
 
 /// `stride.memory`: one row with the server-wide limit, what all queries
 /// hold now and at most so far, how many charges were refused (each failed
-/// its query with 53200), and the default share of one query.
-pub fn memory_table(pool: &stride_exec::MemoryPool, query_limit: usize) -> Result<Table> {
+/// its query with 53200 or made an operator spill), the default share of one
+/// query, the bytes queries wrote to spill files since start and the bytes
+/// in spill files now.
+pub fn memory_table(
+    pool: &stride_exec::MemoryPool,
+    query_limit: usize,
+    spill: &stride_exec::SpillArea,
+) -> Result<Table> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("memory_limit_bytes", DataType::Int64, false),
         Field::new("used_bytes", DataType::Int64, false),
         Field::new("peak_bytes", DataType::Int64, false),
         Field::new("refused_charges", DataType::Int64, false),
         Field::new("query_memory_limit_bytes", DataType::Int64, false),
+        Field::new("spilled_bytes", DataType::Int64, false),
+        Field::new("temp_bytes", DataType::Int64, false),
     ]));
     let int = |v: usize| -> ArrayRef {
         Arc::new(Int64Array::from(vec![v.min(i64::MAX as usize) as i64]))
@@ -465,6 +478,8 @@ pub fn memory_table(pool: &stride_exec::MemoryPool, query_limit: usize) -> Resul
             int(pool.peak()),
             int(pool.refusals()),
             int(query_limit),
+            int(spill.spilled_bytes() as usize),
+            int(spill.bytes_on_disk() as usize),
         ],
     )?;
     Ok(Table::new("memory".to_string(), schema, vec![batch])?)

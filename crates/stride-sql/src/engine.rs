@@ -44,6 +44,22 @@ use crate::settings::SessionSettings;
 pub struct EngineConfig {
     pub scheduler: SchedulerConfig,
     pub memory: MemoryConfig,
+    pub spill: SpillConfig,
+}
+
+/// Where queries spill what their memory share cannot hold (see
+/// `stride_exec::spill`).
+#[derive(Debug, Clone, Default)]
+pub struct SpillConfig {
+    /// The directory in which the engine makes its spill area
+    /// (`stride-<pid>`); the system's temporary directory when `None`.
+    pub temp_dir: Option<std::path::PathBuf>,
+    /// `temp_file_limit`: bytes one query may hold in spill files; `None`:
+    /// no limit.
+    pub file_limit: Option<u64>,
+    /// For tests: spillable operators spill every batch
+    /// (`stride_exec::SpillArea::set_force`).
+    pub force: bool,
 }
 
 /// Memory governance (see `stride_exec::memory`).
@@ -158,6 +174,9 @@ pub struct Engine {
     memory: Arc<stride_exec::MemoryPool>,
     /// The default share of one query (bytes; Relaxed: a plain setting).
     query_memory_limit: std::sync::atomic::AtomicUsize,
+    /// Where queries spill; replaced by `SET stride.temp_directory` (a
+    /// running query keeps the area it started with).
+    spill: Mutex<Arc<stride_exec::SpillArea>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -226,7 +245,42 @@ impl Engine {
             roles: crate::roles::Roles::new(),
             memory: stride_exec::MemoryPool::new(config.memory.limit),
             query_memory_limit: std::sync::atomic::AtomicUsize::new(config.memory.query_limit),
+            spill: Mutex::new({
+                let area = stride_exec::SpillArea::new(config.spill.temp_dir.as_deref());
+                area.set_file_limit(config.spill.file_limit);
+                area.set_force(config.spill.force);
+                area
+            }),
         })
+    }
+
+    /// The spill area new queries spill to.
+    pub fn spill_area(&self) -> Arc<stride_exec::SpillArea> {
+        self.spill.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `stride.temp_directory`: the directory the spill area is made in.
+    pub fn temp_directory(&self) -> String {
+        let spill = self.spill_area();
+        let dir = spill.dir();
+        dir.parent().unwrap_or(dir).display().to_string()
+    }
+
+    /// Moves the spill area of queries started from now on into `parent`
+    /// (`stride.temp_directory`), which must be an existing directory.
+    pub fn set_temp_directory(&self, parent: &std::path::Path) -> Result<()> {
+        if !parent.is_absolute() || !parent.is_dir() {
+            return Err(SqlError::Setting(format!(
+                "invalid value for parameter \"stride.temp_directory\": \"{}\" (an existing directory, as an absolute path)",
+                parent.display()
+            )));
+        }
+        let mut spill = self.spill.lock().unwrap_or_else(|e| e.into_inner());
+        let area = stride_exec::SpillArea::new(Some(parent));
+        area.set_file_limit(spill.file_limit());
+        area.set_force(spill.forced());
+        *spill = area;
+        Ok(())
     }
 
     /// The memory pool every query is charged to.
@@ -308,9 +362,12 @@ impl Engine {
         match name {
             "roles" => self.roles.roles_table().map(Some),
             "table_privileges" => self.roles.table_privileges_table(&self.catalog).map(Some),
-            "memory" => {
-                crate::activity::memory_table(&self.memory, self.query_memory_limit()).map(Some)
-            }
+            "memory" => crate::activity::memory_table(
+                &self.memory,
+                self.query_memory_limit(),
+                &self.spill_area(),
+            )
+            .map(Some),
             _ => crate::activity::system_table(name, &self.log, &self.scheduler, viewer),
         }
     }
@@ -1130,8 +1187,11 @@ impl Session {
         };
         self.interrupt.check()?;
         let interrupt = &self.interrupt;
-        let memory =
-            stride_exec::QueryMemory::new(self.engine.memory.clone(), self.query_memory_limit());
+        let memory = stride_exec::QueryMemory::with_spill(
+            self.engine.memory.clone(),
+            self.query_memory_limit(),
+            Some(self.engine.spill_area().query()),
+        );
         let output = stride_exec::execute_with(
             &physical,
             schema,
@@ -1162,6 +1222,7 @@ impl Session {
                     a.finalize_time += output.stats.finalize_time;
                     a.tasks += output.stats.tasks;
                     a.memory_peak = a.memory_peak.max(output.stats.memory_peak);
+                    a.spilled_bytes += output.stats.spilled_bytes;
                     a.morsels += output.stats.morsels;
                     a.tuples += output.stats.tuples;
                     a.task_sets += output.stats.task_sets;
@@ -1485,6 +1546,14 @@ impl Session {
                 let bytes = crate::settings::memory_size(variable, value)?;
                 self.engine.set_memory_limit(bytes);
             }
+            "stride.temp_directory" => {
+                self.engine
+                    .set_temp_directory(std::path::Path::new(value))?;
+            }
+            "temp_file_limit" => {
+                let limit = crate::settings::temp_file_limit(value)?;
+                self.engine.spill_area().set_file_limit(limit);
+            }
             "stride.query_memory_limit" => {
                 // A session may lower its share; only a superuser may take
                 // more than the engine's default.
@@ -1532,6 +1601,11 @@ impl Session {
                     "stride.query_memory_limit".into(),
                     crate::settings::show_size(self.query_memory_limit()),
                 ));
+                all.push(("stride.temp_directory".into(), self.engine.temp_directory()));
+                all.push((
+                    "temp_file_limit".into(),
+                    crate::settings::show_temp_file_limit(self.engine.spill_area().file_limit()),
+                ));
                 all.sort();
                 all
             }
@@ -1542,6 +1616,11 @@ impl Session {
             "stride.query_memory_limit" => vec![(
                 variable.into(),
                 crate::settings::show_size(self.query_memory_limit()),
+            )],
+            "stride.temp_directory" => vec![(variable.into(), self.engine.temp_directory())],
+            "temp_file_limit" => vec![(
+                variable.into(),
+                crate::settings::show_temp_file_limit(self.engine.spill_area().file_limit()),
             )],
             "search_path" | "schema" => vec![(variable.into(), self.default_schema.clone())],
             "is_superuser" => vec![(

@@ -43,7 +43,8 @@ pub mod scram;
 pub mod settings;
 
 pub use engine::{
-    Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session, StatementOutput,
+    Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session,
+    SpillConfig, StatementOutput,
 };
 pub use error::SqlError;
 pub use interrupt::Interrupt;

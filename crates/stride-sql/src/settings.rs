@@ -9,6 +9,8 @@
 //! | `stride.workers`             | engine  | read-only                               |
 //! | `stride.memory_limit`        | engine  | a size (`4GB`): all queries together     |
 //! | `stride.query_memory_limit`  | session | a size: one query of this session        |
+//! | `stride.temp_directory`      | engine  | an existing directory: where queries spill |
+//! | `temp_file_limit`            | engine  | a size (no unit: kB), -1: spill files of one query |
 //! | `search_path`                | session | an existing schema                      |
 //! | PostgreSQL client settings   | session | see [`PG_SETTINGS`]                     |
 //!
@@ -237,6 +239,25 @@ pub fn memory_size(name: &str, value: &str) -> Result<usize> {
             "invalid value for parameter \"{name}\": \"{value}\" (a size such as 512MB or 4GB)"
         ))),
     }
+}
+
+/// Parses `temp_file_limit` as PostgreSQL does: a size (kilobytes without
+/// a unit) or -1 for none.
+pub fn temp_file_limit(value: &str) -> Result<Option<u64>> {
+    if value.trim() == "-1" {
+        return Ok(None);
+    }
+    match stride_exec::memory::parse_size(value) {
+        Some(bytes) => Ok(Some(bytes as u64)),
+        None => Err(SqlError::Setting(format!(
+            "invalid value for parameter \"temp_file_limit\": \"{value}\" (a size such as 10GB, or -1)"
+        ))),
+    }
+}
+
+/// `temp_file_limit` as SHOW gives it.
+pub fn show_temp_file_limit(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "-1".to_string(), |b| show_size(b as usize))
 }
 
 /// A byte count as PostgreSQL shows a memory setting: in the largest unit

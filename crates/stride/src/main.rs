@@ -104,6 +104,18 @@ struct GlobalArgs {
     /// `stride.query_memory_limit` (default half of --memory-limit).
     #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size)]
     query_memory_limit: Option<usize>,
+    /// Where queries spill what their memory share cannot hold: the server
+    /// makes its directory `stride-<pid>` in this one (default the system's
+    /// temporary directory), removes each query's files when it ends and
+    /// the whole directory at start and exit. `SET stride.temp_directory`
+    /// changes it.
+    #[arg(long, global = true, value_name = "DIR")]
+    temp_dir: Option<PathBuf>,
+    /// Bytes of spill files one query may hold (e.g. 10GB; no unit:
+    /// kilobytes; default none); past it the query fails with SQLSTATE
+    /// 53400. `SET temp_file_limit` changes it.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size)]
+    temp_file_limit: Option<usize>,
 }
 
 /// Parses a memory size (`4GB`, `512MB`; no unit: kilobytes).
@@ -300,7 +312,16 @@ fn start_traced(
     if let Some(limit) = global.query_memory_limit {
         memory.query_limit = limit;
     }
-    let engine = Engine::new(EngineConfig { scheduler, memory });
+    let spill = stride_sql::SpillConfig {
+        temp_dir: global.temp_dir.clone(),
+        file_limit: global.temp_file_limit.map(|b| b as u64),
+        force: false,
+    };
+    let engine = Engine::new(EngineConfig {
+        scheduler,
+        memory,
+        spill,
+    });
     if let Some(mode) = estimates {
         engine.history().set_mode(mode);
     }

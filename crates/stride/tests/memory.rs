@@ -1,10 +1,13 @@
-//! Memory governance over the wire: a query that passes its share or the
-//! server's limit fails alone with 53200 and hands back what it held, while
+//! Memory governance over the wire: sorts, aggregates and join outputs
+//! larger than a query's share spill to disk and give the answer they give
+//! without a limit; what cannot spill (a hash join's build side, the
+//! result itself) fails alone with 53200 and hands back what it held, while
 //! other clients' queries go on; the limits are settings and a view.
 //!
 //! One server with TPC-H SF 0.01 under a 256 MiB server-wide limit and a
-//! 32 MiB share per query serves every test of this file; the tests take
-//! turns (a lock), so that each can check that the pool is empty after it.
+//! 32 MiB share per query serves every test of this file, spilling into a
+//! directory of its own; the tests take turns (a lock), so that each can
+//! check that the pool and the spill directory are empty after it.
 
 mod common;
 
@@ -36,6 +39,11 @@ fn server() -> &'static Fixture {
                 limit: SERVER_LIMIT,
                 query_limit: QUERY_LIMIT,
             },
+            spill: stride_sql::SpillConfig {
+                temp_dir: Some(temp_parent()),
+                file_limit: None,
+                force: false,
+            },
         });
         engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
         engine.set_default_schema("sf0_01").unwrap();
@@ -46,6 +54,37 @@ fn server() -> &'static Fixture {
         let addr = common::client::serve(engine.clone(), config, 2);
         Fixture { addr, engine }
     })
+}
+
+/// The directory the test server makes its spill area in.
+fn temp_parent() -> std::path::PathBuf {
+    static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("stride-memory-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    })
+    .clone()
+}
+
+/// Nothing is left in the spill area once every query ended: no query's
+/// directory (the area's marker file aside), no bytes counted on disk.
+fn spill_area_is_empty() {
+    let area = server().engine.spill_area();
+    let left: Vec<_> = std::fs::read_dir(area.dir())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n != ".stride-spill")
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "left in {}: {left:?}",
+        area.dir().display()
+    );
+    assert_eq!(area.bytes_on_disk(), 0);
 }
 
 /// Serializes the tests of this file.
@@ -139,8 +178,83 @@ fn a_cross_join_fails_alone_with_53200_while_short_queries_go_on() {
     pool_returns_to_empty();
 }
 
+/// Every row of `sql`'s result as text (NULL as `None`).
+async fn rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e} {:?}", e.as_db_error()))
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The bytes the last query that ended spilled, from `stride.queries` (the
+/// tests take turns: it is the test's own last query).
+async fn last_spilled_bytes(client: &Client) -> i64 {
+    let row = client
+        .query_one(
+            "select spilled_bytes from stride.queries where state = 'done' \
+             and query not like '%spilled_bytes%' order by query_id desc limit 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+/// A big sort, a big GROUP BY, a join whose output is materialized and a
+/// join feeding a sort: ~1-8 MB of state each, small results.
+const SPILLERS: [&str; 4] = [
+    "select l_orderkey, l_linenumber, l_comment from lineitem \
+     order by l_comment desc, l_orderkey, l_linenumber offset 59900",
+    "select l_orderkey, l_partkey, sum(l_quantity), count(*) from lineitem \
+     group by l_orderkey, l_partkey having sum(l_quantity) > 49 order by 1, 2",
+    "select count(*), count(o_orderkey), sum(l_quantity), sum(o_totalprice) \
+     from lineitem full join orders on l_orderkey = o_orderkey",
+    "select l_orderkey, l_linenumber, o_orderdate, l_comment \
+     from lineitem join orders on l_orderkey = o_orderkey \
+     order by l_comment, l_orderkey, l_linenumber offset 60100",
+];
+
 #[test]
-fn breakers_over_their_share_fail_and_run_again_within_it() {
+fn sorts_aggregates_and_joins_past_their_share_spill_and_give_the_same_rows() {
+    let _turn = turn();
+    runtime().block_on(async {
+        let roomy = connect().await;
+        let small = connect().await;
+        small
+            .batch_execute("set stride.query_memory_limit = '1MB'")
+            .await
+            .unwrap();
+        for sql in SPILLERS {
+            let expected = rows(&roomy, sql).await;
+            assert!(!expected.is_empty(), "{sql}");
+            assert_eq!(last_spilled_bytes(&roomy).await, 0, "within 32 MB: {sql}");
+            let got = rows(&small, sql).await;
+            assert_eq!(got, expected, "{sql}");
+            let spilled = last_spilled_bytes(&small).await;
+            assert!(spilled > 0, "{sql}: spilled {spilled}");
+            spill_area_is_empty();
+        }
+        let row = roomy
+            .query_one("select spilled_bytes, temp_bytes from stride.memory", &[])
+            .await
+            .unwrap();
+        assert!(row.get::<_, i64>(0) > 0);
+        assert_eq!(row.get::<_, i64>(1), 0);
+    });
+    pool_returns_to_empty();
+    spill_area_is_empty();
+}
+
+#[test]
+fn what_cannot_spill_fails_with_53200_and_runs_again_within_its_share() {
     let _turn = turn();
     runtime().block_on(async {
         let client = connect().await;
@@ -148,14 +262,23 @@ fn breakers_over_their_share_fail_and_run_again_within_it() {
             .batch_execute("set stride.query_memory_limit = '64kB'")
             .await
             .unwrap();
-        let aggregate = "select l_orderkey, l_linenumber, count(*) from lineitem group by 1, 2";
-        let message = fails_with(&client, aggregate, "53200").await;
-        assert!(message.contains("aggregate"), "{message}");
-        let sort = "select l_comment from lineitem order by l_comment limit 100000";
-        fails_with(&client, sort, "53200").await;
+        // A hash join's build side stays in memory.
         let join = "select count(*) from lineitem join orders on l_orderkey = o_orderkey";
         let message = fails_with(&client, join, "53200").await;
         assert!(message.contains("hash join"), "{message}");
+        // The result is handed over in memory.
+        let message = fails_with(&client, "select l_comment from lineitem", "53200").await;
+        assert!(message.contains("query result"), "{message}");
+        // A spilled aggregate merges a partition at a time; here not even
+        // one fits.
+        let aggregate = "select l_orderkey, l_linenumber, count(*) from lineitem group by 1, 2";
+        let message = fails_with(&client, aggregate, "53200").await;
+        assert!(message.contains("aggregate"), "{message}");
+        // Without GROUP BY there is one group to hold.
+        let distinct = "select length(string_agg(l_comment, ',')) from lineitem";
+        let message = fails_with(&client, distinct, "53200").await;
+        assert!(message.contains("aggregate"), "{message}");
+        spill_area_is_empty();
         // Within the default share they all run.
         client
             .batch_execute("set stride.query_memory_limit = default")
@@ -169,6 +292,32 @@ fn breakers_over_their_share_fail_and_run_again_within_it() {
         assert_eq!(count(&client, join).await, 60175);
     });
     pool_returns_to_empty();
+    spill_area_is_empty();
+}
+
+#[test]
+fn temp_file_limit_fails_a_query_whose_spill_files_pass_it_with_53400() {
+    let _turn = turn();
+    runtime().block_on(async {
+        let client = connect().await;
+        client
+            .batch_execute("set stride.query_memory_limit = '1MB'; set temp_file_limit = '256kB'")
+            .await
+            .unwrap();
+        let row = client.query_one("show temp_file_limit", &[]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), "256kB");
+        let message = fails_with(&client, SPILLERS[0], "53400").await;
+        assert!(message.contains("temp_file_limit (256kB)"), "{message}");
+        spill_area_is_empty();
+        client
+            .batch_execute("set temp_file_limit = -1")
+            .await
+            .unwrap();
+        assert_eq!(rows(&client, SPILLERS[0]).await.len(), 275);
+        fails_with(&client, "set temp_file_limit = 'lots'", "22023").await;
+    });
+    pool_returns_to_empty();
+    spill_area_is_empty();
 }
 
 #[test]
@@ -188,6 +337,11 @@ fn the_limits_are_settings_and_a_view() {
         };
         assert_eq!(show("stride.memory_limit").await, "256MB");
         assert_eq!(show("stride.query_memory_limit").await, "32MB");
+        assert_eq!(
+            show("stride.temp_directory").await,
+            temp_parent().display().to_string()
+        );
+        assert_eq!(show("temp_file_limit").await, "-1");
         let row = client
             .query_one(
                 "select memory_limit_bytes, query_memory_limit_bytes, refused_charges \
@@ -200,7 +354,8 @@ fn the_limits_are_settings_and_a_view() {
         assert_eq!(row.get::<_, i64>(1), QUERY_LIMIT as i64);
         let refusals_before: i64 = row.get(2);
         // Lowering the server's limit below one query's need fails that
-        // query with the server's limit named.
+        // query with the server's limit named (the sort spills, its
+        // 60 175-row result does not fit).
         client
             .batch_execute("set stride.memory_limit = '1MB'")
             .await

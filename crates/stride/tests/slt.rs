@@ -1,6 +1,7 @@
 //! sqllogictest-style SQL tests: every file in `tests/slt/` runs under several
-//! scheduler configurations (1 and 2 workers, tiny and adaptive morsels), each
-//! on a fresh engine.
+//! scheduler configurations (1 and 2 workers, tiny and adaptive morsels), and
+//! once more with every sort, aggregate and buffer spilling every batch to
+//! disk, each on a fresh engine.
 //!
 //! File format (a subset of sqllogictest):
 //!
@@ -121,7 +122,12 @@ fn render(out: &stride_sql::QueryOutput) -> Vec<String> {
         .collect()
 }
 
-fn run_file(path: &Path, workers: usize, morsel_rows: Option<usize>) -> Vec<String> {
+fn run_file(
+    path: &Path,
+    workers: usize,
+    morsel_rows: Option<usize>,
+    force_spill: bool,
+) -> (Vec<String>, u64) {
     let text = std::fs::read_to_string(path).unwrap();
     let engine = Engine::new(EngineConfig {
         scheduler: SchedulerConfig {
@@ -138,6 +144,10 @@ fn run_file(path: &Path, workers: usize, morsel_rows: Option<usize>) -> Vec<Stri
             },
             pin_workers: false,
             ..SchedulerConfig::default()
+        },
+        spill: stride_sql::SpillConfig {
+            force: force_spill,
+            ..Default::default()
         },
         ..Default::default()
     });
@@ -200,7 +210,14 @@ fn run_file(path: &Path, workers: usize, morsel_rows: Option<usize>) -> Vec<Stri
             }
         }
     }
-    failures
+    let area = engine.spill_area();
+    if area.bytes_on_disk() != 0 {
+        failures.push(format!(
+            "{name}: {} bytes left in spill files",
+            area.bytes_on_disk()
+        ));
+    }
+    (failures, area.spilled_bytes())
 }
 
 #[test]
@@ -213,21 +230,39 @@ fn sqllogictest_files() {
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no .slt files in {}", dir.display());
-    // Tiny fixed morsels on 1 and 2 workers, and adaptive morsels (seed 001 §3.1).
-    let configs = [(1, Some(2)), (2, Some(3)), (2, None)];
+    // Tiny fixed morsels on 1 and 2 workers, and adaptive morsels (seed 001
+    // §3.1); then tiny morsels with every spillable operator spilling.
+    let configs = [
+        (1, Some(2), false),
+        (2, Some(3), false),
+        (2, None, false),
+        (2, Some(3), true),
+    ];
     let mut failures = Vec::new();
     let mut checked = 0;
+    let mut spilled_files = 0;
     for file in &files {
-        for &(workers, morsel_rows) in &configs {
-            for f in run_file(file, workers, morsel_rows) {
+        for &(workers, morsel_rows, spill) in &configs {
+            let (file_failures, spilled) = run_file(file, workers, morsel_rows, spill);
+            if spill && spilled > 0 {
+                spilled_files += 1;
+            }
+            for f in file_failures {
                 failures.push(format!(
-                    "[{workers} workers, {} morsels] {f}",
-                    morsel_rows.map_or("adaptive".to_string(), |n| format!("{n}-row"))
+                    "[{workers} workers, {} morsels{}] {f}",
+                    morsel_rows.map_or("adaptive".to_string(), |n| format!("{n}-row")),
+                    if spill { ", spilling" } else { "" }
                 ));
             }
             checked += 1;
         }
     }
+    // Files whose statements all fail, or use no breaker, spill nothing.
+    assert!(
+        spilled_files * 4 >= files.len() * 3,
+        "{spilled_files} of {} files spilled",
+        files.len()
+    );
     assert!(
         failures.is_empty(),
         "{} failures in {checked} file runs:\n{}",

@@ -18,7 +18,28 @@
 //!
 //! Memory: after each batch a worker charges its query for what its hash
 //! table, keys and accumulators grew by ([`crate::memory`]); the partial
-//! state handed to the merge stays charged until the query ends.
+//! state handed to the merge stays charged until the merge ends.
+//!
+//! **Spilling** (where the query has a spill directory and there is a
+//! GROUP BY):
+//!
+//! ```text
+//!   partial ──charge refused──► the worker writes its table to a spill file:
+//!      ▲                        per merge partition (hash bits 40.., of a
+//!      │                        fixed SPILL_PARTITIONS) one batch of keys ++
+//!      └──── empty table ◄───── accumulator states; its charge goes back
+//!   finish: if any worker spilled, every worker's table is spilled too, and
+//!           the merge uses SPILL_PARTITIONS partitions
+//!   merge:  partition p = batch p of every spill file, merged with
+//!           `merge_batch` into one table, charged while it is built
+//! ```
+//!
+//! A spilled merge holds one partition at a time: ~1/256 of all partial
+//! groups. Where one partition alone does not fit the query's budget, the
+//! merge fails with 53200 (no recursive repartitioning). An aggregate
+//! without GROUP BY has a single group and does not spill (its refused
+//! charge fails as before: only DISTINCT aggregates grow there). Writing a
+//! spill decodes the table's keys once, a copy that is not charged.
 //!
 //! Group keys are encoded as `i64` (one integer-like column) or with Arrow's
 //! row format; aggregate functions are
@@ -27,15 +48,15 @@
 //! has exactly one row, also for empty input.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use arrow::array::{
     new_empty_array, Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch,
     RecordBatchOptions, UInt32Array,
 };
 use arrow::buffer::NullBuffer;
-use arrow::compute::{filter, take};
-use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use arrow::compute::{filter, take, take_record_batch};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion_common::ScalarValue;
 use datafusion_expr::{Accumulator, EmitTo, GroupsAccumulator};
@@ -47,6 +68,7 @@ use crate::hash::{hash_bytes, hash_u64, is_int_like, normalize_float_key};
 use crate::memory::QueryMemory;
 use crate::plan::{AggregateSpec, ExprRef};
 use crate::source::{Morsel, Source};
+use crate::spill::{QuerySpill, SpillFile};
 
 /// One aggregate's per-group state, in either of DataFusion's two forms.
 enum GroupState {
@@ -507,6 +529,26 @@ pub const MAX_PARTITIONS: usize = 4096;
 struct MergeInput {
     partitions: usize,
     parts: Vec<PartialOutput>,
+    /// Partials written to disk (all of them, once any was).
+    spilled: Vec<SpilledPartial>,
+    /// Bytes of `parts` charged to the query (returned when the merge ends).
+    charged: usize,
+}
+
+/// Merge partitions of an aggregate that spilled: fixed before the first
+/// spill, so that a spilled partial is split by the same hash bits as the
+/// merge reads it.
+pub const SPILL_PARTITIONS: usize = 256;
+
+/// One worker's partial written to a spill file: per merge partition, one
+/// batch of group keys followed by each aggregate's state columns.
+#[derive(Debug)]
+struct SpilledPartial {
+    file: SpillFile,
+    /// The batch of each merge partition (`None`: no group there).
+    batches: Vec<Option<usize>>,
+    /// State columns of each aggregate.
+    widths: Vec<usize>,
 }
 
 /// The number of merge partitions for `groups` partial groups: at least
@@ -541,6 +583,9 @@ struct AggregateShared {
     /// the partial phase raises it with the number of groups
     /// ([`merge_partitions`]).
     min_partitions: usize,
+    /// Merge partitions once the aggregate spilled ([`SPILL_PARTITIONS`],
+    /// or `min_partitions` where that is more).
+    spill_partitions: usize,
 }
 
 /// The partial phase.
@@ -548,15 +593,19 @@ struct AggregateShared {
 pub struct AggregateSink {
     shared: Arc<AggregateShared>,
     partials: PerWorker<Partial>,
-    output: Arc<OnceLock<MergeInput>>,
+    output: Arc<Mutex<Option<Arc<MergeInput>>>>,
     memory: Arc<QueryMemory>,
+    /// Partials written to disk so far.
+    spilled: Mutex<Vec<SpilledPartial>>,
 }
 
 /// The merge phase: one morsel per partition.
 #[derive(Debug)]
 pub struct AggregateMergeSource {
     shared: Arc<AggregateShared>,
-    input: Arc<OnceLock<MergeInput>>,
+    /// Set by the partial phase's finish, taken by the merge's.
+    input: Arc<Mutex<Option<Arc<MergeInput>>>>,
+    memory: Arc<QueryMemory>,
     /// Next partition to merge (Relaxed: only the returned index is used).
     cursor: AtomicUsize,
 }
@@ -593,18 +642,21 @@ pub fn aggregate(
         input_schema: crate::nullable_schema(&input_schema),
         schema: crate::nullable_schema(&schema),
         min_partitions,
+        spill_partitions: SPILL_PARTITIONS.max(min_partitions),
     });
-    let output = Arc::new(OnceLock::new());
+    let output = Arc::new(Mutex::new(None));
     Ok((
         AggregateSink {
             shared: shared.clone(),
             partials: PerWorker::new(workers),
             output: output.clone(),
-            memory,
+            memory: memory.clone(),
+            spilled: Mutex::default(),
         },
         AggregateMergeSource {
             shared,
             input: output,
+            memory: memory.clone(),
             cursor: AtomicUsize::new(0),
         },
     ))
@@ -615,6 +667,78 @@ fn eval_all(exprs: &[ExprRef], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
         .iter()
         .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
         .collect()
+}
+
+impl AggregateSink {
+    /// Writes worker partial `p` to a spill file, one batch per merge
+    /// partition (keys, then every aggregate's state columns), and resets
+    /// it to an empty table; its charge goes back.
+    fn spill_partial(&self, spill: &Arc<QuerySpill>, p: &mut Partial) -> Result<()> {
+        let s = &self.shared;
+        let (Some(table), Some(codec)) = (p.table.take(), &s.codec) else {
+            return Ok(());
+        };
+        let states = p
+            .states
+            .iter_mut()
+            .map(GroupState::state)
+            .collect::<Result<Vec<_>>>()?;
+        p.states = s
+            .aggregates
+            .iter()
+            .map(GroupState::new)
+            .collect::<Result<_>>()?;
+        let mut columns = codec.decode(&table.keys)?;
+        let hashes = table.hashes;
+        drop(table.maps);
+        let widths = states.iter().map(Vec::len).collect();
+        columns.extend(states.into_iter().flatten());
+        let schema = Arc::new(Schema::new(
+            columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let all = RecordBatch::try_new_with_options(
+            schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(hashes.len())),
+        )?;
+        let mut by_partition = vec![Vec::new(); s.spill_partitions];
+        for (g, h) in hashes.iter().enumerate() {
+            by_partition[partition_of(*h, s.spill_partitions)].push(g as u32);
+        }
+        drop(hashes);
+        let mut writer = spill.create(schema)?;
+        let mut batches = Vec::with_capacity(by_partition.len());
+        for groups in by_partition {
+            batches.push(if groups.is_empty() {
+                None
+            } else {
+                let part = take_record_batch(&all, &UInt32Array::from(groups))?;
+                Some(writer.write(&part)?)
+            });
+        }
+        drop(all);
+        self.spilled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(SpilledPartial {
+                file: writer.finish()?,
+                batches,
+                widths,
+            });
+        self.memory.shrink(std::mem::take(&mut p.charged));
+        Ok(())
+    }
+}
+
+/// The merge partition of a group of hash `h`, of `partitions`: high bits
+/// pick it (low bits index tables).
+#[inline]
+fn partition_of(h: u64, partitions: usize) -> usize {
+    ((h >> 40) as usize) % partitions
 }
 
 impl Sink for AggregateSink {
@@ -669,8 +793,20 @@ impl Sink for AggregateSink {
             let held = p.table.as_ref().map_or(0, GroupTable::bytes)
                 + p.states.iter().map(GroupState::bytes).sum::<usize>();
             if held > p.charged {
-                self.memory.grow(held - p.charged, "aggregate")?;
-                p.charged = held;
+                let charged = if s.codec.is_some() {
+                    self.memory.grow_spillable(held - p.charged, "aggregate")
+                } else {
+                    self.memory.grow(held - p.charged, "aggregate")
+                };
+                match charged {
+                    Ok(()) => p.charged = held,
+                    // Without GROUP BY there is one group: nothing to split.
+                    Err(refused) if s.codec.is_none() => return Err(refused),
+                    Err(refused) => {
+                        let spill = self.memory.spill_for(refused)?;
+                        self.spill_partial(spill, p)?;
+                    }
+                }
             }
             Ok(())
         })
@@ -678,8 +814,29 @@ impl Sink for AggregateSink {
 
     fn finish(&self) -> Result<()> {
         let s = &self.shared;
-        let partials = self.partials.take_all();
-        let partitions = if s.codec.is_some() {
+        let mut partials = self.partials.take_all();
+        let spilled = {
+            let mut spilled = self.spilled.lock().unwrap_or_else(|e| e.into_inner());
+            if !spilled.is_empty() {
+                // Once one partial spilled, all do: the merge then holds
+                // one partition at a time, not every worker's groups.
+                drop(spilled);
+                let spill = self.memory.spill().ok_or_else(|| {
+                    ExecError::Internal("aggregate spilled without a spill directory".into())
+                })?;
+                for p in partials.iter_mut() {
+                    if p.table.is_some() {
+                        self.spill_partial(spill, p)?;
+                    }
+                }
+                partials.clear();
+                spilled = self.spilled.lock().unwrap_or_else(|e| e.into_inner());
+            }
+            std::mem::take(&mut *spilled)
+        };
+        let partitions = if !spilled.is_empty() {
+            s.spill_partitions
+        } else if s.codec.is_some() {
             let groups = partials
                 .iter()
                 .map(|p| p.table.as_ref().map_or(0, |t| t.hashes.len()))
@@ -688,6 +845,7 @@ impl Sink for AggregateSink {
         } else {
             1
         };
+        let charged = partials.iter().map(|p| p.charged).sum();
         let mut outputs = Vec::new();
         for mut p in partials {
             if p.table.is_none() && p.keyless_groups == 0 {
@@ -702,8 +860,7 @@ impl Sink for AggregateSink {
             let keys = match p.table {
                 Some(table) => {
                     for (g, h) in table.hashes.iter().enumerate() {
-                        // High bits pick the partition; low bits index tables.
-                        by_partition[((h >> 40) as usize) % partitions].push(g as u32);
+                        by_partition[partition_of(*h, partitions)].push(g as u32);
                     }
                     Some(table.keys)
                 }
@@ -720,12 +877,17 @@ impl Sink for AggregateSink {
                 by_partition,
             });
         }
-        self.output
-            .set(MergeInput {
-                partitions,
-                parts: outputs,
-            })
-            .map_err(|_| ExecError::Internal("aggregate finished twice".into()))
+        let mut output = self.output.lock().unwrap_or_else(|e| e.into_inner());
+        if output.is_some() {
+            return Err(ExecError::Internal("aggregate finished twice".into()));
+        }
+        *output = Some(Arc::new(MergeInput {
+            partitions,
+            parts: outputs,
+            spilled,
+            charged,
+        }));
+        Ok(())
     }
 
     fn name(&self) -> String {
@@ -741,7 +903,7 @@ impl Sink for AggregateSink {
 }
 
 impl AggregateMergeSource {
-    fn merge_partition(&self, partition: usize, input: &[PartialOutput]) -> Result<RecordBatch> {
+    fn merge_partition(&self, partition: usize, input: &MergeInput) -> Result<RecordBatch> {
         let s = &self.shared;
         let mut states = s
             .aggregates
@@ -773,7 +935,32 @@ impl AggregateMergeSource {
                 state.update(&values, &[0], Some(&masked), 1)?;
             }
         }
-        for part in input {
+        for spilled in &input.spilled {
+            let Some(index) = spilled.batches[partition] else {
+                continue;
+            };
+            let batch = spilled.file.read(index)?;
+            let keys = batch.num_columns() - spilled.widths.iter().sum::<usize>();
+            if let (Some(t), Some(codec)) = (&mut table, &s.codec) {
+                t.intern(&codec.encode(&batch.columns()[..keys])?, None, &mut groups);
+                total = t.len();
+            }
+            let mut column = keys;
+            for (state, &width) in states.iter_mut().zip(&spilled.widths) {
+                state.merge(&batch.columns()[column..column + width], &groups, total)?;
+                column += width;
+            }
+        }
+        // What a spilled aggregate's merge holds of one partition is
+        // charged while the partition's result is built.
+        let _merged = if input.spilled.is_empty() {
+            None
+        } else {
+            let held = table.as_ref().map_or(0, GroupTable::bytes)
+                + states.iter().map(GroupState::bytes).sum::<usize>();
+            Some(self.memory.charge(held, "aggregate merge")?)
+        };
+        for part in &input.parts {
             let sel = &part.by_partition[partition];
             if sel.is_empty() {
                 continue;
@@ -818,15 +1005,25 @@ impl AggregateMergeSource {
 }
 
 impl Source for AggregateMergeSource {
+    fn finish(&self) {
+        let input = self.input.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(input) = input {
+            self.memory.shrink(input.charged);
+        }
+    }
+
     fn next_morsel(&self, _rows: usize) -> Result<Option<Morsel>> {
-        let input = self.input.get().ok_or_else(|| {
-            ExecError::Internal("aggregate merge before the partial phase".into())
-        })?;
+        let input = self
+            .input
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| ExecError::Internal("aggregate merge without its input".into()))?;
         let p = self.cursor.fetch_add(1, Ordering::Relaxed);
         if p >= input.partitions {
             return Ok(None);
         }
-        let batch = self.merge_partition(p, &input.parts)?;
+        let batch = self.merge_partition(p, &input)?;
         Ok(Some(Morsel {
             slices: vec![(p as u64, batch)],
         }))
@@ -907,6 +1104,195 @@ mod tests {
         table.intern(&codec.encode(&[keys]).unwrap(), None, &mut groups);
         assert_eq!(table.len(), n as usize);
         assert!(groups.iter().enumerate().all(|(i, &g)| i == g));
+    }
+
+    mod spilling {
+        use super::*;
+        use crate::memory::MemoryPool;
+        use crate::spill::SpillArea;
+        use arrow::array::StringArray;
+        use arrow::util::display::array_value_to_string;
+        use datafusion_functions_aggregate::average::avg_udaf;
+        use datafusion_functions_aggregate::count::count_udaf;
+        use datafusion_functions_aggregate::min_max::max_udaf;
+        use datafusion_functions_aggregate::sum::sum_udaf;
+        use datafusion_physical_expr::aggregate::AggregateExprBuilder;
+        use datafusion_physical_expr::expressions::Column;
+
+        fn input_schema() -> SchemaRef {
+            Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Int64, true),
+                Field::new("s", DataType::Utf8, true),
+                Field::new("v", DataType::Int64, true),
+                Field::new("f", DataType::Float64, true),
+            ]))
+        }
+
+        /// 30 000 rows over ~6 000 keys `k` (NULL among them), 3 values of `s`.
+        fn batch(from: i64, n: i64) -> RecordBatch {
+            let ids = from..from + n;
+            RecordBatch::try_new(
+                input_schema(),
+                vec![
+                    Arc::new(Int64Array::from_iter(
+                        ids.clone()
+                            .map(|i| (i % 1009 != 0).then_some((i * 7919) % 6007)),
+                    )),
+                    Arc::new(StringArray::from_iter(
+                        ids.clone()
+                            .map(|i| Some(["a", "bb", "ccc"][(i % 3) as usize])),
+                    )),
+                    Arc::new(Int64Array::from_iter(
+                        ids.clone().map(|i| (i % 7 != 0).then_some(i % 101)),
+                    )),
+                    Arc::new(arrow::array::Float64Array::from_iter(
+                        ids.map(|i| (i % 5 != 0).then_some((i % 13) as f64 / 4.0)),
+                    )),
+                ],
+            )
+            .unwrap()
+        }
+
+        fn col(name: &str) -> ExprRef {
+            let i = input_schema().index_of(name).unwrap();
+            Arc::new(Column::new(name, i))
+        }
+
+        fn spec(
+            f: Arc<datafusion_expr::AggregateUDF>,
+            arg: &str,
+            name: &str,
+            distinct: bool,
+        ) -> AggregateSpec {
+            let mut b = AggregateExprBuilder::new(f, vec![col(arg)])
+                .schema(input_schema())
+                .alias(name);
+            if distinct {
+                b = b.distinct();
+            }
+            AggregateSpec {
+                function: Arc::new(b.build().unwrap()),
+                filter: None,
+            }
+        }
+
+        /// Aggregates the input under `limit` bytes with 2 workers; returns
+        /// the result rows as sorted text and the bytes spilled.
+        fn run(keys: &[&str], limit: usize, parent: &std::path::Path) -> (Vec<String>, u64) {
+            let aggregates = vec![
+                spec(sum_udaf(), "v", "sum", false),
+                spec(count_udaf(), "v", "count", false),
+                spec(avg_udaf(), "f", "avg", false),
+                spec(max_udaf(), "s", "max", false),
+                spec(count_udaf(), "v", "distinct", true),
+            ];
+            let mut fields: Vec<Field> = keys
+                .iter()
+                .map(|k| input_schema().field_with_name(k).unwrap().clone())
+                .collect();
+            fields.extend(
+                aggregates
+                    .iter()
+                    .map(|a| a.function.field().as_ref().clone()),
+            );
+            let schema = Arc::new(Schema::new(fields));
+            let area = SpillArea::new(Some(parent));
+            let memory =
+                QueryMemory::with_spill(MemoryPool::new(1 << 30), limit, Some(area.query()));
+            let (sink, merge) = aggregate(
+                keys.iter().map(|k| col(k)).collect(),
+                keys.iter()
+                    .map(|k| {
+                        input_schema()
+                            .field_with_name(k)
+                            .unwrap()
+                            .data_type()
+                            .clone()
+                    })
+                    .collect(),
+                aggregates,
+                input_schema(),
+                schema,
+                2,
+                memory.clone(),
+            )
+            .unwrap();
+            for (i, from) in (0..30_000).step_by(1000).enumerate() {
+                sink.consume(i as u64, batch(from, 1000), i % 2).unwrap();
+            }
+            sink.finish().unwrap();
+            let mut rows = Vec::new();
+            while let Some(m) = merge.next_morsel(1).unwrap() {
+                for (_, b) in m.slices {
+                    for r in 0..b.num_rows() {
+                        let cells: Vec<String> = b
+                            .columns()
+                            .iter()
+                            .map(|c| array_value_to_string(c, r).unwrap())
+                            .collect();
+                        rows.push(cells.join("|"));
+                    }
+                }
+            }
+            rows.sort();
+            let spilled = memory.spilled_bytes();
+            let dir = memory.spill().unwrap().dir().to_path_buf();
+            drop((sink, merge, memory));
+            assert!(!dir.exists(), "the query's spill files are gone");
+            (rows, spilled)
+        }
+
+        #[test]
+        fn a_spilled_aggregate_gives_the_in_memory_result() {
+            let parent = crate::spill::tests::temp_parent("aggregate");
+            for keys in [&["k"][..], &["k", "s"][..]] {
+                let (expected, none) = run(keys, usize::MAX, &parent);
+                assert_eq!(none, 0);
+                let groups: std::collections::HashSet<&str> = expected
+                    .iter()
+                    .map(|r| r.rsplitn(6, '|').last().unwrap())
+                    .collect();
+                assert_eq!(groups.len(), expected.len(), "each group once");
+                assert!(expected.len() > 6000, "{keys:?}: {}", expected.len());
+                for limit in [1 << 20, 200 << 10] {
+                    let (got, spilled) = run(keys, limit, &parent);
+                    assert!(spilled > 0, "{keys:?} at {limit}: spilled");
+                    assert_eq!(got, expected, "{keys:?} at {limit}");
+                }
+            }
+            std::fs::remove_dir_all(&parent).unwrap();
+        }
+
+        #[test]
+        fn without_group_by_a_refused_charge_still_fails() {
+            let parent = crate::spill::tests::temp_parent("aggregate-keyless");
+            let area = SpillArea::new(Some(&parent));
+            let memory =
+                QueryMemory::with_spill(MemoryPool::new(1 << 30), 4 << 10, Some(area.query()));
+            let aggregates = vec![spec(count_udaf(), "k", "distinct", true)];
+            let schema = Arc::new(Schema::new(vec![aggregates[0]
+                .function
+                .field()
+                .as_ref()
+                .clone()]));
+            let (sink, _merge) = aggregate(
+                vec![],
+                vec![],
+                aggregates,
+                input_schema(),
+                schema,
+                1,
+                memory,
+            )
+            .unwrap();
+            let err = (0..30)
+                .map(|i| sink.consume(i, batch(i as i64 * 1000, 1000), 0))
+                .find_map(|r| r.err())
+                .expect("refused");
+            assert_eq!(err.kind(), Some(crate::ErrorKind::OutOfMemory));
+            drop((sink, _merge, area));
+            std::fs::remove_dir_all(&parent).unwrap();
+        }
     }
 
     #[test]

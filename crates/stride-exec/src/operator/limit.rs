@@ -64,22 +64,25 @@ impl Sink for LimitSink {
     fn finish(&self) -> Result<()> {
         let mut skip = self.skip;
         let mut left = self.fetch.unwrap_or(usize::MAX);
-        let mut out = Vec::new();
-        for b in self.collected.take() {
+        let mut seq = 0;
+        for b in self.collected.take()? {
             if left == 0 {
                 break;
             }
+            let b = b?;
             let n = b.num_rows();
             if skip >= n {
                 skip -= n;
                 continue;
             }
             let take = (n - skip).min(left);
-            out.push(b.slice(skip, take));
+            self.output.push(seq, b.slice(skip, take))?;
+            seq += 1;
             left -= take;
             skip = 0;
         }
-        self.output.push_all(0, out)
+        self.collected.release();
+        Ok(())
     }
 
     fn name(&self) -> String {

@@ -423,6 +423,8 @@ mod tests {
             fixed_params: false,
             estimates: None,
             memory_limit: None,
+            temp_dir: None,
+            temp_file_limit: None,
             query_memory_limit: None,
         }
     }

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Issue 14's probes, run against a live `stride serve` over the wire, one
+line per probe: what came back (rows, or the SQLSTATE), how long it took,
+and whether the server still answered afterwards.
+
+    stride --tpch 1 serve --port 5433 --memory-limit 4GB --query-memory-limit 1GB &
+    python3 scripts/hostile_probes.py --port 5433 [--schema sf1]
+
+The CI suite (crates/stride/tests/hostile.rs, memory.rs, roles.rs,
+clients.rs) asserts the same behaviours at SF 0.01; this script is for
+re-measuring the issue's table at the scale it was found (needs psycopg:
+`bash scripts/setup.sh`).
+"""
+import argparse
+import threading
+import time
+
+import psycopg
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=5433)
+    ap.add_argument("--user", default="stride")
+    ap.add_argument("--schema", default="sf1")
+    ap.add_argument("--timeout-ms", type=int, default=120_000,
+                    help="statement_timeout of every probe")
+    args = ap.parse_args()
+    dsn = f"host={args.host} port={args.port} user={args.user} dbname=stride"
+    s = args.schema
+
+    def connect(**kw):
+        c = psycopg.connect(dsn, autocommit=True, **kw)
+        c.execute(f"set statement_timeout = {args.timeout_ms}")
+        return c
+
+    def alive():
+        with connect() as c:
+            return c.execute("select 1").fetchone()[0] == 1
+
+    def probe(label, sql, params=None, conn=None, fetch=True):
+        c = conn or connect()
+        t0 = time.time()
+        try:
+            cur = c.execute(sql, params)
+            rows = cur.fetchall() if fetch and cur.description else []
+            outcome = f"ok ({len(rows)} rows)" if len(rows) != 1 else f"ok {rows[0]}"
+        except psycopg.Error as e:
+            outcome = f"{e.sqlstate} {str(e).splitlines()[0][:90]}"
+        elapsed = time.time() - t0
+        print(f"{label:<48} {outcome:<70} {elapsed * 1e3:9.0f} ms  alive={alive()}",
+              flush=True)
+
+    print("# stack depth")
+    probe("1000-term OR", f"select count(*) from {s}.nation where "
+          + " or ".join(f"n_nationkey = {i}" for i in range(1000)))
+    probe("5000-term AND", f"select count(*) from {s}.nation where "
+          + " and ".join(f"n_nationkey <> {i}" for i in range(5000)))
+    probe("500-branch UNION ALL", "select count(*) from ("
+          + " union all ".join(f"select {i} as x" for i in range(500)) + ") t")
+    probe("2000-branch UNION ALL", "select count(*) from ("
+          + " union all ".join(f"select {i} as x" for i in range(2000)) + ") t")
+    probe("prepared, 1000 parameters",
+          "select " + " + ".join(["%s::int"] * 1000), [1] * 1000,
+          conn=connect(prepare_threshold=0))
+
+    print("# prepared statements across writes (psycopg prepare_threshold=0)")
+    w, r = connect(), connect(prepare_threshold=0)
+    w.execute("drop table if exists probe_prep")
+    w.execute("create table probe_prep (v int)")
+    for i in range(3):
+        w.execute("insert into probe_prep values (%s)", (i,))
+        probe(f"prepared count after insert {i + 1}",
+              "select count(*) from probe_prep where v >= %s", (0,), conn=r)
+    w.execute("drop table probe_prep")
+    probe("prepared after DROP TABLE", "select count(*) from probe_prep where v >= %s",
+          (0,), conn=r)
+
+    print("# memory")
+    probe("cross join of lineitem with itself (rows out)",
+          f"select a.l_orderkey, b.l_orderkey from {s}.lineitem a, {s}.lineitem b")
+    probe("self-join on l_returnflag",
+          f"select count(*) from {s}.lineitem a join {s}.lineitem b "
+          "on a.l_returnflag = b.l_returnflag")
+    probe("6M-group aggregate",
+          f"select l_orderkey, l_linenumber, count(*) from {s}.lineitem group by 1, 2")
+    probe("sort of lineitem", f"select * from {s}.lineitem order by l_comment")
+    probe("repeat('x', 2000000000)", "select length(repeat('x', 2000000000))")
+    probe("stride.memory", "select * from stride.memory")
+
+    print("# server files (non-superuser)")
+    a = connect()
+    a.execute("drop role if exists probe_user")
+    a.execute("create role probe_user login")
+    u = psycopg.connect(f"host={args.host} port={args.port} user=probe_user dbname=stride",
+                        autocommit=True)
+    probe("external table on /etc/shadow",
+          "create external table shadow stored as csv location '/etc/shadow'", conn=u)
+    probe("SET stride.policy as non-superuser", "set stride.policy = 'fifo'", conn=u,
+          fetch=False)
+    u.close()
+
+    print("# integers")
+    probe("9223372036854775807 + 1", "select 9223372036854775807 + 1")
+    probe("int4 overflow", "select 2147483647::int4 + 1::int4")
+    probe("sum over int8 past 2^63",
+          "select sum(x) from (values (9223372036854775807), (1)) t(x)")
+
+    print("# cancels under load (8 clients looping a heavy query)")
+    stop = threading.Event()
+
+    def load():
+        c = connect()
+        while not stop.is_set():
+            try:
+                c.execute(f"select l_returnflag, count(*), sum(l_extendedprice) "
+                          f"from {s}.lineitem group by 1").fetchall()
+            except psycopg.Error:
+                pass
+
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(2)
+    c = connect()
+    c.execute("set statement_timeout = 500")
+    probe("statement_timeout 500 ms under load",
+          f"select count(*) from {s}.lineitem a join {s}.lineitem b on a.l_partkey = b.l_partkey",
+          conn=c)
+    c.execute("set statement_timeout = 200")
+    probe("statement_timeout 200 ms, 2000-branch UNION planning",
+          " union all ".join(f"select {i} as x" for i in range(2000)), conn=c)
+    stop.set()
+    for t in threads:
+        t.join()
+
+    print("# invalid UTF-8")
+    try:
+        import socket
+        import struct
+        sock = socket.create_connection((args.host, args.port))
+        params = b"user\0" + args.user.encode() + b"\0database\0stride\0\0"
+        sock.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+        time.sleep(0.3)
+        sock.recv(65536)
+        q = b"select '\xff\xfe'\0"
+        sock.sendall(b"Q" + struct.pack("!i", 4 + len(q)) + q)
+        time.sleep(0.3)
+        reply = sock.recv(65536)
+        code = reply.split(b"C", 1)[1][:5].decode() if b"C" in reply else "?"
+        still = b"Z" in reply
+        print(f"{'invalid UTF-8 in a query':<48} {code} connection kept={still}")
+        sock.close()
+    except OSError as e:
+        print("invalid UTF-8 probe failed:", e)
+
+
+if __name__ == "__main__":
+    main()
