@@ -43,8 +43,8 @@ pub mod scram;
 pub mod settings;
 
 pub use engine::{
-    Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session,
-    SpillConfig, StatementOutput,
+    Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session, SpillConfig,
+    StatementOutput,
 };
 pub use error::SqlError;
 pub use interrupt::Interrupt;
