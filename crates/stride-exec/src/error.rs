@@ -13,7 +13,7 @@ pub enum ExecError {
     Unsupported(String),
     /// Evaluating an expression failed (division by zero, overflow, bad cast…).
     #[error("{0}")]
-    DataFusion(#[from] DataFusionError),
+    DataFusion(DataFusionError),
     #[error("{0}")]
     Arrow(#[from] ArrowError),
     #[error(transparent)]
@@ -67,6 +67,21 @@ impl ExecError {
 }
 
 pub type Result<T, E = ExecError> = std::result::Result<T, E>;
+
+/// A DataFusion error, or the executor error it carries (Stride's own
+/// functions raise typed errors through DataFusion, e.g.
+/// [`ExecError::ValueTooLarge`]): that one comes back as itself.
+impl From<DataFusionError> for ExecError {
+    fn from(e: DataFusionError) -> Self {
+        match e {
+            DataFusionError::External(inner) => match inner.downcast::<ExecError>() {
+                Ok(exec) => *exec,
+                Err(other) => ExecError::DataFusion(DataFusionError::External(other)),
+            },
+            other => ExecError::DataFusion(other),
+        }
+    }
+}
 
 /// The kinds of error a client must tell apart (each has its own SQLSTATE),
 /// read from the typed error chain.

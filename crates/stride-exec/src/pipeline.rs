@@ -42,15 +42,28 @@ impl Pipeline {
     /// Pushes `batch` through the operators from the `op`-th on into the
     /// sink. An operator may emit several batches for one input (a join's
     /// bounded chunks); each goes on at once, so that only one chunk per
-    /// operator is alive at a time.
-    fn push(&self, op: usize, seq: u64, batch: RecordBatch, worker: usize) -> Result<Demand> {
+    /// operator is alive at a time. Between chunks the query's cancel flag
+    /// is checked (`stop`): once set, every operator is told it has
+    /// produced enough, so that a cancel lands inside a morsel whose rows
+    /// each produce millions of rows.
+    fn push(
+        &self,
+        op: usize,
+        seq: u64,
+        batch: RecordBatch,
+        worker: usize,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Demand> {
         if batch.num_rows() == 0 {
             return Ok(Demand::More);
         }
         match self.operators.get(op) {
             Some(operator) => {
                 operator.process(batch, worker, &mut |out| {
-                    self.push(op + 1, seq, out, worker)
+                    if stop() {
+                        return Ok(Demand::Enough);
+                    }
+                    self.push(op + 1, seq, out, worker, stop)
                 })?;
             }
             None => self.sink.consume(seq, batch, worker)?,
@@ -87,8 +100,13 @@ impl TaskSetWork for Pipeline {
                 return Ok(TaskOutcome::Exhausted);
             };
             let rows = morsel.rows();
+            let stop = || ctx.stop_requested();
             for (seq, batch) in morsel.slices {
-                self.push(0, seq, batch, ctx.worker())?;
+                self.push(0, seq, batch, ctx.worker(), &stop)?;
+            }
+            if ctx.stop_requested() {
+                // Cancelled mid-morsel: the rest of it goes with the query.
+                return Ok(TaskOutcome::Yielded);
             }
             ctx.morsel_done(rows);
         }

@@ -12,6 +12,7 @@
 //! slice `t_max` is used up (see [`crate::morsel`]).
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::masks::UpdateMasks;
@@ -100,7 +101,10 @@ pub struct TaskContext<'a> {
     pub(crate) used_buckets: u64,
     /// The task ended at a preemption point (see [`Self::next_morsel`]).
     pub(crate) preempted: bool,
-    cancelled: bool,
+    /// The query's cancel flag ([`crate::group::ResourceGroup`]'s
+    /// `cancelled`), read live (Relaxed: a hint that the task may stop early;
+    /// nothing is published through it).
+    cancelled: &'a AtomicBool,
     /// The running worker's update masks, checked between morsels; `None`
     /// runs every task to `t_max` (seed 001's behaviour).
     preemption: Option<&'a UpdateMasks>,
@@ -112,7 +116,7 @@ impl<'a> TaskContext<'a> {
         workers: usize,
         t_max: Duration,
         morsels: (&'a MorselPolicy, &'a MorselState),
-        cancelled: bool,
+        cancelled: &'a AtomicBool,
         preemption: Option<&'a UpdateMasks>,
     ) -> Self {
         TaskContext {
@@ -149,6 +153,15 @@ impl<'a> TaskContext<'a> {
         self.workers
     }
 
+    /// Whether the query was cancelled since the task started. A task set
+    /// whose single morsel can take long (a join whose probe rows each
+    /// match millions of rows) checks this between the chunks it emits and
+    /// returns [`TaskOutcome::Yielded`] when it is set; the rest of the
+    /// morsel is dropped with the query.
+    pub fn stop_requested(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
     /// How many tuples the next morsel should hold, or `None` when the task's
     /// time slice `t_max` is used up or the query was cancelled: the task then
     /// returns [`TaskOutcome::Yielded`]. `remaining` is the number of tuples
@@ -166,7 +179,7 @@ impl<'a> TaskContext<'a> {
     /// `t_max / morsels_per_task` so that the points come often
     /// ([`crate::AdaptiveMorsels::morsels_per_task`]).
     pub fn next_morsel(&mut self, remaining: Option<usize>) -> Option<usize> {
-        if self.cancelled {
+        if self.stop_requested() {
             return None;
         }
         if self.morsels > 0 {

@@ -310,7 +310,7 @@ impl Worker {
                 shared.config.workers,
                 shared.config.t_max,
                 (&shared.config.morsels, &group.morsel_states[e.task_set]),
-                group.is_cancelled(),
+                &group.cancelled,
                 shared.config.preemption.then_some(&shared.masks),
             )
             .with_morsel_cap(handover);
