@@ -343,18 +343,25 @@ pub fn default_limit() -> usize {
         .unwrap_or(8 << 30)
 }
 
-/// Parses a memory size as PostgreSQL's memory settings take it: a number
-/// with an optional unit `B`, `kB`, `MB`, `GB`, `TB` (powers of 1024, as
-/// PostgreSQL reads them; `KiB`…`TiB` too); without a unit, kilobytes (as
-/// `work_mem`). `None` for anything else or a value that overflows.
-pub fn parse_size(value: &str) -> Option<usize> {
+/// Splits a PostgreSQL quantity setting (`512MB`, `1.5 s`) into its number
+/// and its unit (trimmed; empty when none); `None` when the number does not
+/// parse.
+pub fn split_quantity(value: &str) -> Option<(f64, &str)> {
     let v = value.trim();
     let split = v
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(v.len());
     let (number, unit) = v.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+    Some((number.parse().ok()?, unit.trim()))
+}
+
+/// Parses a memory size as PostgreSQL's memory settings take it: a number
+/// with an optional unit `B`, `kB`, `MB`, `GB`, `TB` (powers of 1024, as
+/// PostgreSQL reads them; `KiB`…`TiB` too); without a unit, kilobytes (as
+/// `work_mem`). `None` for anything else or a value that overflows.
+pub fn parse_size(value: &str) -> Option<usize> {
+    let (number, unit) = split_quantity(value)?;
+    let shift = match unit.to_ascii_lowercase().as_str() {
         "b" => 0,
         "" | "kb" | "kib" => 10,
         "mb" | "mib" => 20,

@@ -202,13 +202,8 @@ impl SessionSettings {
 /// unit (`us`, `ms` — the default —, `s`, `min`, `h`, `d`), rounded to whole
 /// milliseconds as PostgreSQL does; negative values are refused.
 pub fn duration_ms(value: &str) -> Option<u64> {
-    let v = value.trim();
-    let split = v
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(v.len());
-    let (number, unit) = v.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let factor = match unit.trim() {
+    let (number, unit) = stride_exec::memory::split_quantity(value)?;
+    let factor = match unit {
         "" | "ms" => 1.0,
         "us" => 0.001,
         "s" => 1000.0,
