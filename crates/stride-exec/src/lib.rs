@@ -21,6 +21,7 @@
 //! * [`operator`] — one module per operator: filter, projection, hash join,
 //!   aggregate, sort, limit;
 //! * [`pipeline`] — pipelines as task sets, and the plan → pipelines compiler;
+//! * [`step`] — split finalizations: a breaker's merge as task sets of parts;
 //! * [`executor`] — running a plan on a scheduler and collecting its result.
 
 pub mod buffer;
@@ -33,6 +34,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod source;
 pub mod spill;
+pub mod step;
 
 pub use error::{ErrorKind, ExecError, Result};
 pub use executor::{execute, execute_with, ExecOutput};

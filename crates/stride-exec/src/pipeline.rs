@@ -10,7 +10,7 @@
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
-use stride_sched::{TaskContext, TaskError, TaskOutcome, TaskSetWork};
+use stride_sched::{FollowUps, TaskContext, TaskError, TaskOutcome, TaskSetWork};
 
 use crate::buffer::Buffer;
 use crate::error::{ExecError, Result};
@@ -28,6 +28,7 @@ use crate::operator::sort::SortSink;
 use crate::operator::{Demand, Operator, Sink};
 use crate::plan::{BuildSide, PhysicalPlan};
 use crate::source::{BlockSource, Blocks, Source};
+use crate::step::StepTaskSet;
 
 /// One pipeline, run as one task set.
 #[derive(Debug)]
@@ -112,11 +113,11 @@ impl TaskSetWork for Pipeline {
         }
     }
 
-    fn finalize(&self) -> Result<(), TaskError> {
+    fn finalize(&self) -> Result<FollowUps, TaskError> {
         // Every morsel was read: what the source held goes back first, so
         // that the sink's finish has the room.
         self.source.finish();
-        Ok(self.sink.finish()?)
+        Ok(StepTaskSet::follow_ups(self.sink.finish()?))
     }
 }
 

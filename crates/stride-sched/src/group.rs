@@ -1,9 +1,11 @@
 //! Resource groups: one per query.
 //!
-//! A resource group owns its task sets in execution order and the query's
-//! accounting. Which task set is active is not stored here: the group's slot
-//! holds a [`TaskSetEntry`] for it (see [`crate::slots`]), and the entry's
-//! finalizer installs the next one. Completion is published through
+//! A resource group owns its planned task sets in execution order, the
+//! follow-ups their finalizations emitted and not yet run
+//! ([`crate::task::FollowUps`]), and the query's accounting. Which task set
+//! is active is not stored here: the group's slot holds a [`TaskSetEntry`]
+//! for it (see [`crate::slots`]), and the entry's finalizer installs the
+//! next one — the first pending follow-up, else the next planned task set. Completion is published through
 //! [`Completion`], on which the submitting (non-worker) thread waits.
 //!
 //! The atomics here are query state and statistics, not part of the
@@ -24,6 +26,7 @@
 //! winner locks; the trace keeps at most [`PRIORITY_TRACE_LEN`] samples by
 //! dropping every other one and halving its sampling rate when full.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -57,10 +60,13 @@ pub struct QueryStats {
     pub morsels: u64,
     /// Number of source tuples processed.
     pub tuples: u64,
-    /// Number of task sets.
+    /// Number of planned task sets (stages).
     pub task_sets: usize,
-    /// CPU time spent in tasks of each task set, in order (sums to
-    /// `cpu_time`).
+    /// Number of follow-up task sets that finalizations emitted and that
+    /// ran (their time is counted in their stage's `task_set_cpu`).
+    pub follow_ups: u64,
+    /// CPU time spent in tasks of each planned task set and its follow-ups,
+    /// in order (sums to `cpu_time`).
     pub task_set_cpu: Vec<Duration>,
     /// Morsels processed by each task set, in order (sums to `morsels`).
     pub task_set_morsels: Vec<u64>,
@@ -148,6 +154,7 @@ impl PriorityTrace {
 pub(crate) struct GroupCounters {
     pub(crate) cpu_ns: AtomicU64,
     pub(crate) finalize_ns: AtomicU64,
+    pub(crate) follow_ups: AtomicU64,
     pub(crate) tasks: AtomicU64,
     pub(crate) morsels: AtomicU64,
     pub(crate) tuples: AtomicU64,
@@ -174,6 +181,7 @@ impl GroupCounters {
         GroupCounters {
             cpu_ns: AtomicU64::new(0),
             finalize_ns: AtomicU64::new(0),
+            follow_ups: AtomicU64::new(0),
             tasks: AtomicU64::new(0),
             morsels: AtomicU64::new(0),
             tuples: AtomicU64::new(0),
@@ -213,11 +221,19 @@ impl GroupCounters {
 
 pub(crate) struct ResourceGroup {
     pub(crate) id: ResourceGroupId,
+    /// The planned task sets (stages), in execution order.
     pub(crate) task_sets: Vec<Arc<dyn TaskSetWork>>,
+    /// Follow-ups emitted by finalizations and not yet installed, each with
+    /// its stage, in execution order. Only the group's finalizer touches it
+    /// (one at a time: a group has one active entry), so the mutex is never
+    /// contended; it is taken once per finalization, never per task.
+    pub(crate) follow_ups: Mutex<VecDeque<(usize, Arc<dyn TaskSetWork>)>>,
+    /// Entries installed so far; names the next entry ([`TaskSetEntry::seq`]).
+    /// Written only by the group's binder and finalizers, which the slot
+    /// protocol orders (Relaxed).
+    pub(crate) installed: AtomicU64,
     /// What the submitter knows about the query (user priority, estimates).
     pub(crate) facts: GroupFacts,
-    /// Adaptive-morsel state of each task set.
-    pub(crate) morsel_states: Vec<MorselState>,
     pub(crate) submitted: Instant,
     /// Set by [`QueryHandle::cancel`]; read (Relaxed) by workers when they pick a
     /// task and by the finalizer. Nothing else is published through it.
@@ -263,8 +279,9 @@ impl ResourceGroup {
             facts,
             counters: GroupCounters::new(task_sets.len()),
             cancel_epoch,
-            morsel_states: task_sets.iter().map(|_| MorselState::default()).collect(),
             task_sets,
+            follow_ups: Mutex::new(VecDeque::new()),
+            installed: AtomicU64::new(0),
             submitted: Instant::now(),
             cancelled: Arc::new(AtomicBool::new(false)),
             failed: AtomicBool::new(false),
@@ -315,6 +332,7 @@ impl ResourceGroup {
             morsels: c.morsels.load(Ordering::Relaxed),
             tuples: c.tuples.load(Ordering::Relaxed),
             task_sets: self.task_sets.len(),
+            follow_ups: c.follow_ups.load(Ordering::Relaxed),
             task_set_cpu: c
                 .task_set_cpu_ns
                 .iter()
@@ -365,8 +383,17 @@ pub(crate) struct TaskSetEntry {
     /// task of this entry happen before the caller's `finalize`.
     pub(crate) finalization: AtomicI64,
     pub(crate) group: Arc<ResourceGroup>,
-    /// Index of this task set in `group.task_sets`.
-    pub(crate) task_set: usize,
+    /// The task set this entry runs: a planned one or a follow-up.
+    pub(crate) work: Arc<dyn TaskSetWork>,
+    /// The planned task set this entry is or follows up (its index in
+    /// `group.task_sets`): accounting, traces and estimates are per stage.
+    pub(crate) stage: usize,
+    /// Position of this entry among the group's installed entries (0, 1, …):
+    /// tells a worker's local view that the slot moved on to another task
+    /// set even when the stage did not change.
+    pub(crate) seq: u64,
+    /// Adaptive-morsel state of this task set.
+    pub(crate) morsels: MorselState,
     /// The slot this entry is installed in.
     pub(crate) slot: usize,
     /// Admission order of the group (FIFO ranks by it).
@@ -374,16 +401,33 @@ pub(crate) struct TaskSetEntry {
 }
 
 impl TaskSetEntry {
-    pub(crate) fn new(
+    /// The entry of `group`'s planned task set `stage`.
+    pub(crate) fn planned(
         group: Arc<ResourceGroup>,
-        task_set: usize,
+        stage: usize,
         slot: usize,
         arrival: u64,
     ) -> Self {
+        let work = group.task_sets[stage].clone();
+        TaskSetEntry::new(group, work, stage, slot, arrival)
+    }
+
+    /// The entry running `work` for `group`'s stage `stage`.
+    pub(crate) fn new(
+        group: Arc<ResourceGroup>,
+        work: Arc<dyn TaskSetWork>,
+        stage: usize,
+        slot: usize,
+        arrival: u64,
+    ) -> Self {
+        let seq = group.installed.fetch_add(1, Ordering::Relaxed);
         TaskSetEntry {
             finalization: AtomicI64::new(0),
             group,
-            task_set,
+            work,
+            stage,
+            seq,
+            morsels: MorselState::default(),
             slot,
             arrival,
         }

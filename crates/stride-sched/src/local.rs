@@ -52,8 +52,10 @@ use crate::policy::{GroupFacts, Policy, RankContext, Rng, StrideState};
 struct LocalSlot {
     /// Id of the group last seen in the slot; 0: none (ids start at 1).
     group: u64,
-    /// Index of the task set last seen.
-    task_set: usize,
+    /// Stage (planned task set) of the entry last seen.
+    stage: usize,
+    /// [`TaskSetEntry::seq`] of the entry last seen.
+    seq: u64,
     stride: StrideState,
     /// The group's cancel flag, kept while the slot is active so that a
     /// cancelled group is served (and so finalized) promptly.
@@ -166,7 +168,8 @@ impl LocalState {
             slots: (0..slots)
                 .map(|_| LocalSlot {
                     group: 0,
-                    task_set: 0,
+                    stage: 0,
+                    seq: 0,
                     stride: StrideState::enter(&policy, &GroupFacts::default(), 0, 0.0),
                     cancelled: None,
                 })
@@ -318,7 +321,7 @@ impl LocalState {
     /// Whether the worker's view of slot `k` is `entry`.
     pub(crate) fn knows(&self, k: usize, entry: &TaskSetEntry) -> bool {
         let s = &self.slots[k];
-        s.group == entry.group.id && s.task_set == entry.task_set && self.is_active(k)
+        s.group == entry.group.id && s.seq == entry.seq && self.is_active(k)
     }
 
     /// The worker's virtual time: never decreases; at least the smallest pass
@@ -348,7 +351,8 @@ impl LocalState {
 
     /// Takes `entry`, found in slot `k` while pinned, into the local view:
     /// a group new to the slot enters (event 2), a next task set of the
-    /// known group is activated (event 3); either way the slot is active.
+    /// known group is activated (event 3: a follow-up of the same stage
+    /// keeps the stage's accounting); either way the slot is active.
     pub(crate) fn learn(&mut self, k: usize, entry: &TaskSetEntry) {
         let group = &entry.group;
         if self.slots[k].group != group.id {
@@ -357,15 +361,18 @@ impl LocalState {
             let stride = StrideState::enter(&self.policy, &group.facts, entry.arrival, now);
             let s = &mut self.slots[k];
             s.group = group.id;
-            s.task_set = entry.task_set;
+            s.stage = entry.stage;
+            s.seq = entry.seq;
             s.stride = stride;
-        } else if self.slots[k].task_set != entry.task_set {
+        } else if self.slots[k].seq != entry.seq {
             self.deactivate(k);
             let now = self.now_pass();
             let s = &mut self.slots[k];
-            s.task_set = entry.task_set;
-            s.stride
-                .task_set_activated(&self.policy, entry.task_set, now);
+            s.seq = entry.seq;
+            if s.stage != entry.stage {
+                s.stage = entry.stage;
+                s.stride.task_set_activated(&self.policy, entry.stage, now);
+            }
         }
         if group.cancelled.load(Ordering::Relaxed) {
             self.cancelled[k / 64] |= 1u64 << (k % 64);
@@ -447,9 +454,29 @@ mod tests {
     use super::*;
     use crate::group::ResourceGroup;
 
-    fn entry(id: u64, task_set: usize, arrival: u64) -> TaskSetEntry {
+    /// A task set that is never run (the local view only reads entries).
+    struct Idle;
+
+    impl crate::TaskSetWork for Idle {
+        fn name(&self) -> String {
+            "idle".into()
+        }
+
+        fn run_task(
+            &self,
+            _: &mut crate::TaskContext<'_>,
+        ) -> Result<crate::TaskOutcome, crate::TaskError> {
+            Ok(crate::TaskOutcome::Exhausted)
+        }
+    }
+
+    fn at(group: &Arc<ResourceGroup>, stage: usize, slot: usize, arrival: u64) -> TaskSetEntry {
+        TaskSetEntry::new(group.clone(), Arc::new(Idle), stage, slot, arrival)
+    }
+
+    fn entry(id: u64, stage: usize, arrival: u64) -> TaskSetEntry {
         let group = Arc::new(ResourceGroup::new(id, Vec::new(), GroupFacts::default()));
-        TaskSetEntry::new(group, task_set, 0, arrival)
+        at(&group, stage, 0, arrival)
     }
 
     #[test]
@@ -482,12 +509,19 @@ mod tests {
         assert_eq!(l.choose(), Some(1));
         // Event 3 for slot 0: same group, next task set; priority kept.
         let pass = l.slots[0].stride.pass;
-        let next = TaskSetEntry::new(old.group.clone(), 1, 0, 0);
+        let next = at(&old.group, 1, 0, 0);
         l.deactivate(0);
         assert!(!l.knows(0, &next));
         l.learn(0, &next);
         assert!(l.knows(0, &next));
         assert!(l.slots[0].stride.pass >= pass);
+        // A follow-up of the same stage is a new entry the worker must
+        // learn, and it keeps the stage.
+        let follow_up = at(&old.group, 1, 0, 0);
+        l.deactivate(0);
+        assert!(!l.knows(0, &follow_up));
+        l.learn(0, &follow_up);
+        assert!(l.knows(0, &follow_up) && l.slots[0].stage == 1);
     }
 
     #[test]
@@ -504,7 +538,7 @@ mod tests {
         assert_eq!(l.choose(), Some(5));
         assert!(l.handover_pending(5));
         // Its next task set arrives: no hand-over pending any more.
-        l.learn(2, &TaskSetEntry::new(first.group.clone(), 1, 0, 0));
+        l.learn(2, &at(&first.group, 1, 0, 0));
         assert!(!l.handover_pending(5));
         // A slot that was not the best choice leaves no hand-over behind.
         l.exhausted(5);
@@ -570,7 +604,7 @@ mod tests {
                             ..GroupFacts::default()
                         };
                         let group = Arc::new(ResourceGroup::new(id, Vec::new(), facts));
-                        l.learn(k, &TaskSetEntry::new(group, 0, k, id));
+                        l.learn(k, &at(&group, 0, k, id));
                     }
                     1 => l.deactivate(k),
                     _ => {

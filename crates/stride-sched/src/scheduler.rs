@@ -171,8 +171,10 @@ impl Shared {
     /// Installs the first task set of `group` into `slot`, which the caller
     /// owns (from admission), and tells every worker (change mask, wake).
     fn bind(&self, slot: usize, group: Arc<ResourceGroup>, arrival: u64) {
-        self.slots
-            .install(slot, Box::new(TaskSetEntry::new(group, 0, slot, arrival)));
+        self.slots.install(
+            slot,
+            Box::new(TaskSetEntry::planned(group, 0, slot, arrival)),
+        );
         self.masks.push(MaskKind::Change, slot);
         self.idle.wake();
     }

@@ -6,6 +6,17 @@
 //! set has returned, exactly one worker calls [`TaskSetWork::finalize`], and only
 //! then does the next task set of the resource group become runnable.
 //!
+//! **The task-set graph.** A resource group is submitted with its planned
+//! task sets (a query's pipelines, in an order in which each comes after
+//! those it reads). A finalization may return [`FollowUps`]: task sets that
+//! run, in order, before anything planned after the finalized one — as a
+//! DuckDB event schedules the events it enables. So a breaker's merge
+//! (sorting, concatenating a build side, combining partial aggregates) is
+//! not one long step but task sets of morsel-sized tasks, each a point at
+//! which a newly arrived query can take the worker. A follow-up belongs to
+//! the *stage* (planned task set) whose finalization emitted it: its CPU
+//! time is accounted, traced and estimated as that stage's.
+//!
 //! A task never blocks: it asks [`TaskContext::next_morsel`] for the size of
 //! its next morsel (row range), processes it, reports it with
 //! [`TaskContext::morsel_done`], and returns when `next_morsel` says its time
@@ -77,11 +88,17 @@ pub trait TaskSetWork: Send + Sync {
     fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError>;
 
     /// Called exactly once, after the last task of the set has returned.
-    /// Breakers merge per-worker state here.
-    fn finalize(&self) -> Result<(), TaskError> {
-        Ok(())
+    /// Breakers merge per-worker state here, or return the task sets that
+    /// merge it in parallel (see the module docs); these run next, in order.
+    fn finalize(&self) -> Result<FollowUps, TaskError> {
+        Ok(FollowUps::new())
     }
 }
+
+/// Task sets a finalization leaves to run, in order, before the group's
+/// next planned task set (empty for most finalizations; an empty `Vec`
+/// does not allocate).
+pub type FollowUps = Vec<std::sync::Arc<dyn TaskSetWork>>;
 
 /// Per-task state handed to [`TaskSetWork::run_task`].
 #[derive(Debug)]

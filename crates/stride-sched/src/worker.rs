@@ -40,7 +40,7 @@ use crate::pins::Coordination;
 use crate::scheduler::Shared;
 use crate::slots::{SlotArray, SlotRead};
 use crate::sync::{lock, Ordering};
-use crate::task::{QueryError, TaskContext, TaskOutcome};
+use crate::task::{FollowUps, QueryError, TaskContext, TaskOutcome, TaskSetWork};
 use crate::trace::WorkerTrace;
 use crate::tuning::{tune, TuningDriver};
 
@@ -309,13 +309,13 @@ impl Worker {
                 self.index,
                 shared.config.workers,
                 shared.config.t_max,
-                (&shared.config.morsels, &group.morsel_states[e.task_set]),
+                (&shared.config.morsels, &e.morsels),
                 &group.cancelled,
                 shared.config.preemption.then_some(&shared.masks),
             )
             .with_morsel_cap(handover);
             {
-                let task_set = &group.task_sets[e.task_set];
+                let task_set = &e.work;
                 if let Some(c) = &mut self.clock {
                     c.task_starts();
                 }
@@ -324,7 +324,7 @@ impl Worker {
                 ran = start.elapsed();
             }
             self.local.charge(k, ran, shared.config.t_max);
-            account(group, e.task_set, ran, &ctx);
+            account(group, e.stage, ran, &ctx);
             let end = start + ran;
             group.counters.sample_priority(
                 end.saturating_duration_since(group.submitted),
@@ -345,7 +345,7 @@ impl Worker {
                     start,
                     end,
                     group.id,
-                    e.task_set,
+                    e.stage,
                     ctx.morsels,
                     ctx.tuples,
                     false,
@@ -388,9 +388,10 @@ impl Worker {
     /// The caller brought `done`'s finalization counter to zero: every task
     /// of the entry has returned and nobody else can reach it. Runs
     /// `finalize` (unless the group failed or was cancelled), then puts the
-    /// group's next task set into the same slot (return mask), or completes
-    /// the group and hands the slot to the next waiting group (change mask)
-    /// or back to admission. Finally frees the entry.
+    /// group's next task set — the first follow-up pending, else the next
+    /// planned one — into the same slot (return mask), or completes the
+    /// group and hands the slot to the next waiting group (change mask) or
+    /// back to admission. Finally frees the entry.
     fn finalize(&self, done: NonNull<TaskSetEntry>) {
         let shared = &*self.shared;
         // SAFETY: we are the entry's finalizer; it is freed only at the end
@@ -402,11 +403,11 @@ impl Worker {
         if group.is_cancelled() {
             group.fail(QueryError::Cancelled);
         }
+        let mut follow_ups = FollowUps::new();
         if !group.has_failed() {
             let start = Instant::now();
-            let task_set = &group.task_sets[entry.task_set];
-            match catch_unwind(AssertUnwindSafe(|| task_set.finalize())) {
-                Ok(Ok(())) => {}
+            match catch_unwind(AssertUnwindSafe(|| entry.work.finalize())) {
+                Ok(Ok(emitted)) => follow_ups = emitted,
                 Ok(Err(err)) => group.fail(QueryError::Failed(err)),
                 Err(panic) => group.fail(QueryError::Panicked(panic_message(&panic))),
             }
@@ -418,21 +419,28 @@ impl Worker {
                 .fetch_add(took, StdOrdering::Relaxed);
             WorkerCounters::add(&counters.busy_ns, took);
             if let Some(t) = &self.trace {
-                t.record(start, end, group.id, entry.task_set, 0, 0, true);
+                t.record(start, end, group.id, entry.stage, 0, 0, true);
             }
         }
-        let next = entry.task_set + 1;
-        if !group.has_failed() && !group.is_cancelled() && next < group.task_sets.len() {
-            let next = TaskSetEntry::new(group.clone(), next, entry.slot, entry.arrival);
-            shared.slots.install(entry.slot, Box::new(next));
-            shared.masks.push(MaskKind::Return, entry.slot);
-            shared.idle.wake();
+        let next = if group.has_failed() || group.is_cancelled() {
+            None
         } else {
-            if group.is_cancelled() {
-                group.fail(QueryError::Cancelled);
+            next_task_set(group, entry.stage, follow_ups)
+        };
+        match next {
+            Some((stage, work)) => {
+                let next = TaskSetEntry::new(group.clone(), work, stage, entry.slot, entry.arrival);
+                shared.slots.install(entry.slot, Box::new(next));
+                shared.masks.push(MaskKind::Return, entry.slot);
+                shared.idle.wake();
             }
-            shared.release_slot(entry.slot);
-            group.complete();
+            None => {
+                if group.is_cancelled() {
+                    group.fail(QueryError::Cancelled);
+                }
+                shared.release_slot(entry.slot);
+                group.complete();
+            }
         }
         // SAFETY: `done` is no longer in its slot (replaced or cleared
         // above), we are its finalizer, and no other worker can dereference
@@ -441,17 +449,41 @@ impl Worker {
     }
 }
 
+/// The task set that follows a finalization of stage `stage` which emitted
+/// `emitted`: the emitted ones run first, in order (ahead of follow-ups
+/// emitted earlier and not yet run), then the next planned stage. `None`:
+/// the group is done.
+fn next_task_set(
+    group: &ResourceGroup,
+    stage: usize,
+    emitted: FollowUps,
+) -> Option<(usize, Arc<dyn TaskSetWork>)> {
+    let mut pending = group.follow_ups.lock().unwrap_or_else(|e| e.into_inner());
+    for work in emitted.into_iter().rev() {
+        pending.push_front((stage, work));
+    }
+    if let Some(next) = pending.pop_front() {
+        group.counters.follow_ups.fetch_add(1, StdOrdering::Relaxed);
+        return Some(next);
+    }
+    let planned = stage + 1;
+    group
+        .task_sets
+        .get(planned)
+        .map(|work| (planned, work.clone()))
+}
+
 /// Adds a task's CPU time, morsels and tuples to its group's accounting
 /// (once per task; the morsel-size statistics come from the task's context).
-fn account(group: &ResourceGroup, task_set: usize, ran: Duration, ctx: &TaskContext<'_>) {
+fn account(group: &ResourceGroup, stage: usize, ran: Duration, ctx: &TaskContext<'_>) {
     let c = &group.counters;
     let ns = ran.as_nanos() as u64;
     c.cpu_ns.fetch_add(ns, StdOrdering::Relaxed);
-    c.task_set_cpu_ns[task_set].fetch_add(ns, StdOrdering::Relaxed);
+    c.task_set_cpu_ns[stage].fetch_add(ns, StdOrdering::Relaxed);
     c.tasks.fetch_add(1, StdOrdering::Relaxed);
     if ctx.morsels > 0 {
         c.morsels.fetch_add(ctx.morsels, StdOrdering::Relaxed);
-        c.task_set_morsels[task_set].fetch_add(ctx.morsels, StdOrdering::Relaxed);
+        c.task_set_morsels[stage].fetch_add(ctx.morsels, StdOrdering::Relaxed);
         c.tuples.fetch_add(ctx.tuples, StdOrdering::Relaxed);
         c.morsel_min.fetch_min(ctx.morsel_min, StdOrdering::Relaxed);
         c.morsel_max.fetch_max(ctx.morsel_max, StdOrdering::Relaxed);

@@ -1,15 +1,16 @@
 //! Concurrency tests of the scheduler: many resource groups submitted from
 //! several threads at once; every task item must run exactly once, every task
 //! set must be finalized exactly once and only after all its tasks returned,
-//! and task sets of a group must run strictly in order.
+//! and task sets of a group must run strictly in order — follow-ups that
+//! finalizations emit included, ahead of the next planned task set.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stride_sched::{
-    MorselPolicy, Policy, QueryError, Scheduler, SchedulerConfig, TaskContext, TaskError,
-    TaskOutcome, TaskSetWork,
+    FollowUps, MorselPolicy, Policy, QueryError, Scheduler, SchedulerConfig, TaskContext,
+    TaskError, TaskOutcome, TaskSetWork,
 };
 
 /// The tests here measure scheduling on real threads; they run one at a time
@@ -45,6 +46,10 @@ struct CountingSet {
     /// The previous task set of the same group; must be finalized before this one runs.
     previous: Option<Arc<CountingSet>>,
     order_violation: AtomicBool,
+    /// Follow-ups this set's finalization emits.
+    children: Vec<Arc<CountingSet>>,
+    /// Where the set writes its id when it is finalized (the group's order).
+    log: Option<(usize, Arc<Mutex<Vec<usize>>>)>,
 }
 
 impl CountingSet {
@@ -57,7 +62,22 @@ impl CountingSet {
             finalized: AtomicU32::new(0),
             previous,
             order_violation: AtomicBool::new(false),
+            children: Vec::new(),
+            log: None,
         })
+    }
+
+    /// A set that logs its finalization as `id` and then emits `children`.
+    fn logged(
+        items: usize,
+        id: usize,
+        log: &Arc<Mutex<Vec<usize>>>,
+        children: Vec<Arc<CountingSet>>,
+    ) -> Arc<Self> {
+        let mut set = Arc::into_inner(CountingSet::new(items, None)).unwrap();
+        set.children = children;
+        set.log = Some((id, log.clone()));
+        Arc::new(set)
     }
 }
 
@@ -94,14 +114,21 @@ impl TaskSetWork for CountingSet {
         Ok(outcome)
     }
 
-    fn finalize(&self) -> Result<(), TaskError> {
+    fn finalize(&self) -> Result<FollowUps, TaskError> {
         assert_eq!(
             self.active_tasks.load(Ordering::SeqCst),
             0,
             "finalized while a task runs"
         );
         self.finalized.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        if let Some((id, log)) = &self.log {
+            log.lock().unwrap().push(*id);
+        }
+        Ok(self
+            .children
+            .iter()
+            .map(|c| c.clone() as Arc<dyn TaskSetWork>)
+            .collect())
     }
 }
 
@@ -150,6 +177,76 @@ fn many_slots_over_several_mask_words() {
         policy: Policy::parse("stride").unwrap(),
         ..config(5, 2)
     });
+}
+
+/// Random trees of follow-ups: every planned task set's finalization emits
+/// 0–3 follow-ups, which emit their own, up to depth 3. Each group's sets
+/// must be finalized in depth-first order (a follow-up runs after its
+/// emitter, before its emitter's later follow-ups and before the next
+/// planned set), every item run once, every set finalized once.
+#[test]
+fn follow_ups_run_depth_first_before_the_next_planned_task_set() {
+    let _serial = serial();
+    for config in [
+        config(4, 3),
+        SchedulerConfig {
+            slots: 3,
+            policy: Policy::parse("stride").unwrap(),
+            ..config(2, 1)
+        },
+    ] {
+        let scheduler = Scheduler::new(config);
+        let mut rng = Rng(0x5EED_F011);
+        let mut groups = Vec::new();
+        for _ in 0..300 {
+            let log: Arc<Mutex<Vec<usize>>> = Arc::default();
+            let mut expected = Vec::new();
+            let mut all = Vec::new();
+            let planned: Vec<Arc<dyn TaskSetWork>> = (0..1 + rng.below(3))
+                .map(|_| tree(&mut rng, 0, &log, &mut expected, &mut all) as Arc<dyn TaskSetWork>)
+                .collect();
+            let handle = scheduler.submit(planned);
+            groups.push((handle, log, expected, all));
+        }
+        let mut follow_ups = 0;
+        for (handle, log, expected, all) in groups {
+            let stats = handle.wait().expect("query failed");
+            follow_ups += stats.follow_ups;
+            assert_eq!(stats.follow_ups as usize, expected.len() - stats.task_sets);
+            assert_eq!(*log.lock().unwrap(), expected, "depth-first order");
+            for set in &all {
+                assert_eq!(set.finalized.load(Ordering::SeqCst), 1);
+                assert!(set.runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+            }
+        }
+        assert!(
+            follow_ups > 300,
+            "the trees emitted follow-ups: {follow_ups}"
+        );
+    }
+}
+
+/// A random tree of sets under a planned task set; `expected` receives the
+/// ids in the order their finalizations must come (pre-order).
+fn tree(
+    rng: &mut Rng,
+    depth: usize,
+    log: &Arc<Mutex<Vec<usize>>>,
+    expected: &mut Vec<usize>,
+    all: &mut Vec<Arc<CountingSet>>,
+) -> Arc<CountingSet> {
+    let id = expected.len();
+    expected.push(id);
+    let children = if depth < 3 {
+        (0..rng.below(4))
+            .map(|_| tree(rng, depth + 1, log, expected, all))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let set = CountingSet::logged(rng.below(30) as usize, id, log, children);
+    all.push(set.clone());
+    set
 }
 
 fn many_groups_from_four_submitters(config: SchedulerConfig) {
@@ -677,9 +774,9 @@ impl TaskSetWork for SlowFinish {
     fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
         self.inner.run_task(ctx)
     }
-    fn finalize(&self) -> Result<(), TaskError> {
+    fn finalize(&self) -> Result<FollowUps, TaskError> {
         std::thread::sleep(self.finish);
-        Ok(())
+        Ok(FollowUps::new())
     }
 }
 

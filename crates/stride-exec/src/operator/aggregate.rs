@@ -69,6 +69,7 @@ use crate::memory::QueryMemory;
 use crate::plan::{AggregateSpec, ExprRef};
 use crate::source::{Morsel, Source};
 use crate::spill::{QuerySpill, SpillFile};
+use crate::step::Steps;
 
 /// One aggregate's per-group state, in either of DataFusion's two forms.
 enum GroupState {
@@ -812,7 +813,7 @@ impl Sink for AggregateSink {
         })
     }
 
-    fn finish(&self) -> Result<()> {
+    fn finish(&self) -> Result<Steps> {
         let s = &self.shared;
         let mut partials = self.partials.take_all();
         let spilled = {
@@ -887,7 +888,7 @@ impl Sink for AggregateSink {
             spilled,
             charged,
         }));
-        Ok(())
+        Ok(Steps::new())
     }
 
     fn name(&self) -> String {

@@ -80,6 +80,7 @@ use crate::hash::{hash_bytes, hash_u64, is_int_like, normalize_float_key};
 use crate::memory::{batch_bytes, QueryMemory};
 use crate::plan::{BuildSide, ExprRef};
 use crate::source::{Morsel, Source};
+use crate::step::Steps;
 
 /// What a side of the join contributes beyond matching pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -518,7 +519,7 @@ impl Sink for HashBuildSink {
         Ok(())
     }
 
-    fn finish(&self) -> Result<()> {
+    fn finish(&self) -> Result<Steps> {
         let parts: Vec<RecordBatch> = self.parts.take_all().into_iter().flatten().collect();
         let collected: usize = parts.iter().map(batch_bytes).sum();
         let rows: usize = parts.iter().map(|p| p.num_rows()).sum();
@@ -536,7 +537,8 @@ impl Sink for HashBuildSink {
         let table = JoinHashTable::new(batch, keys, self.track_matches)?;
         self.table
             .set(table)
-            .map_err(|_| ExecError::Internal("hash table built twice".into()))
+            .map_err(|_| ExecError::Internal("hash table built twice".into()))?;
+        Ok(Steps::new())
     }
 
     fn name(&self) -> String {
@@ -911,9 +913,9 @@ impl Sink for JoinTableInsertSink {
         Ok(())
     }
 
-    fn finish(&self) -> Result<()> {
+    fn finish(&self) -> Result<Steps> {
         self.table()?.ready.store(true, Ordering::Release);
-        Ok(())
+        Ok(Steps::new())
     }
 
     fn name(&self) -> String {

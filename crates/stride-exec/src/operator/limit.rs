@@ -15,6 +15,7 @@ use super::Sink;
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::memory::QueryMemory;
+use crate::step::Steps;
 
 #[derive(Debug)]
 pub struct LimitSink {
@@ -61,7 +62,7 @@ impl Sink for LimitSink {
             .is_some_and(|w| self.rows.load(Ordering::Relaxed) >= w)
     }
 
-    fn finish(&self) -> Result<()> {
+    fn finish(&self) -> Result<Steps> {
         let mut skip = self.skip;
         let mut left = self.fetch.unwrap_or(usize::MAX);
         let mut seq = 0;
@@ -82,7 +83,7 @@ impl Sink for LimitSink {
             skip = 0;
         }
         self.collected.release();
-        Ok(())
+        Ok(Steps::new())
     }
 
     fn name(&self) -> String {

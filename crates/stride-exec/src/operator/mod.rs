@@ -6,7 +6,8 @@
 //! * a [`Sink`] ends a pipeline: it absorbs batches into per-worker state and
 //!   merges that state in [`Sink::finish`], which runs exactly once, when the
 //!   pipeline's task set is finalized (hash-join build, aggregation, sort,
-//!   limit, materialization).
+//!   limit, materialization) — or returns the merge as [`Steps`] of parts
+//!   that any worker runs (see [`crate::step`]).
 
 pub mod aggregate;
 pub mod filter;
@@ -21,6 +22,7 @@ use std::fmt;
 use arrow::array::RecordBatch;
 
 use crate::error::Result;
+use crate::step::Steps;
 
 /// Whether the rest of a pipeline takes more rows from an operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,9 +50,11 @@ pub trait Operator: Send + Sync + fmt::Debug {
 pub trait Sink: Send + Sync + fmt::Debug {
     /// Absorbs a batch produced from the morsel with sequence number `seq`.
     fn consume(&self, seq: u64, batch: RecordBatch, worker: usize) -> Result<()>;
-    /// Merges per-worker state; called once after the last task of the pipeline.
-    fn finish(&self) -> Result<()> {
-        Ok(())
+    /// Merges per-worker state, or returns the steps that merge it in
+    /// parallel (run in order before the query's next pipeline); called
+    /// once after the last task of the pipeline.
+    fn finish(&self) -> Result<Steps> {
+        Ok(Steps::new())
     }
     /// Whether the sink needs no more input (a satisfied LIMIT).
     fn is_full(&self) -> bool {

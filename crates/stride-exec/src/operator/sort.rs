@@ -3,14 +3,43 @@
 //! Each worker collects its input batches; with a `fetch` (top-k) a worker
 //! compacts its collection to its own best `fetch` rows whenever it holds more
 //! than `max(2·fetch, 8192)` rows, so memory stays bounded by the k and a
-//! top-k never spills. `finish` concatenates all workers' rows, sorts them
-//! once (stable lexicographic sort on the evaluated keys) and writes the
-//! result to the output buffer in blocks.
+//! top-k never spills.
+//!
+//! **In memory, split** (no `fetch`, more than [`SPLIT_MIN_ROWS`] rows):
+//! `finish` does no sorting itself; it returns two steps of parts
+//! ([`crate::step`]), so that sorting millions of rows is hundreds of
+//! morsel-sized tasks any worker takes and a newly arrived query can
+//! preempt between:
+//!
+//! ```text
+//!   finish ──► step 1, sort units: the input in units of SORT_UNIT_ROWS
+//!              rows; a part converts one unit's keys to Arrow's row
+//!              format and sorts the unit's row indices (stable)
+//!          ──► step 1 finish: samples every SAMPLE_EVERY-th row of each
+//!              sorted unit and picks splitters: P-1 samples at the
+//!              quantiles, P = rows / MERGE_RANGE_ROWS
+//!          ──► step 2, merge key ranges: part p finds, by binary search in
+//!              each unit, the rows between splitters p-1 and p, merges them
+//!              and writes blocks with sequence (p, block) to the output
+//! ```
+//!
+//! Rows are totally ordered by (key, unit, position in the unit's sorted
+//! order), so ranges split even a run of equal keys evenly, and ties keep
+//! unit order then input order: the result equals a stable sort of the
+//! units' concatenation.
+//!
+//! **In memory, one step** (top-k, no keys, or few rows): `finish`
+//! concatenates all workers' rows, sorts them once (Arrow's lexicographic
+//! sort on the evaluated keys, which does not keep ties in input order) and
+//! writes the result to the output buffer in blocks.
 //!
 //! Memory: every kept input batch is charged to the query as it arrives
-//! (and a top-k compaction returns what it dropped); `finish` charges the
-//! concatenated and the sorted copy while it builds them, and the output
-//! buffer charges the result, after which the runs are returned.
+//! (and a top-k compaction returns what it dropped); a one-step `finish`
+//! charges the concatenated and the sorted copy while it builds them, a
+//! split sort each unit's keys and order from its part until the merge
+//! ends; the output buffer charges the result, after which the input is
+//! returned. A split sort is chosen only when the query's share holds
+//! another copy of the input at `finish`; otherwise the sort goes external.
 //!
 //! **External sort.** Where the query has a spill directory, a refused
 //! charge does not fail the sort:
@@ -41,7 +70,7 @@
 //! A merge that cannot hold even two runs' chunks fails with 53200.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::{
@@ -52,16 +81,31 @@ use arrow::row::{RowConverter, Rows, SortField};
 
 use super::{PerWorker, Sink};
 use crate::buffer::Buffer;
-use crate::error::Result;
+use crate::error::{ExecError, Result};
 use crate::memory::{batch_bytes, Charge, QueryMemory};
 use crate::plan::SortKey;
 use crate::spill::{QuerySpill, SpillFile};
+use crate::step::{SplitStep, Steps};
 
 /// Rows per block of sorted output.
 const OUTPUT_BLOCK_ROWS: usize = 64 * 1024;
 
 /// Most rows per chunk of a sorted run file and per block a merge emits.
 const MERGE_CHUNK_ROWS: usize = 8192;
+
+/// Rows per unit of a split sort's first step (one part each).
+const SORT_UNIT_ROWS: usize = 16 * 1024;
+
+/// Target rows per key range of a split sort's merge (one part each).
+const MERGE_RANGE_ROWS: usize = 32 * 1024;
+
+/// A split sort samples every this-many-th row of each sorted unit
+/// (about 16 samples per key range).
+const SAMPLE_EVERY: usize = MERGE_RANGE_ROWS / 16;
+
+/// Inputs of at most this many rows are sorted in one step inside
+/// `finish`: a split would cost more than it saves.
+pub const SPLIT_MIN_ROWS: usize = 2 * SORT_UNIT_ROWS;
 
 #[derive(Debug, Default)]
 struct Run {
@@ -96,6 +140,8 @@ pub struct SortSink {
     /// Target bytes of a run file's chunk.
     chunk_bytes: usize,
     spilled: Mutex<Vec<SortedRun>>,
+    /// What a split sort's steps share (their own row converter).
+    split: Arc<SplitSort>,
 }
 
 impl SortSink {
@@ -108,18 +154,25 @@ impl SortSink {
         output: Arc<Buffer>,
     ) -> Result<Self> {
         let schema = crate::nullable_schema(&schema);
-        let converter = RowConverter::new(
-            keys.iter()
-                .map(|k| {
-                    Ok(SortField::new_with_options(
-                        k.expr.data_type(&schema)?,
-                        k.options,
-                    ))
-                })
-                .collect::<Result<Vec<_>>>()?,
-        )?;
+        let fields = keys
+            .iter()
+            .map(|k| {
+                Ok(SortField::new_with_options(
+                    k.expr.data_type(&schema)?,
+                    k.options,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let converter = RowConverter::new(fields.clone())?;
+        let split = Arc::new(SplitSort {
+            keys: keys.clone(),
+            converter: RowConverter::new(fields)?,
+            memory: memory.clone(),
+            output: output.clone(),
+        });
         let budget = memory.budget();
         Ok(SortSink {
+            split,
             keys,
             fetch,
             schema,
@@ -243,6 +296,24 @@ impl SortSink {
         self.memory.shrink(std::mem::take(&mut run.bytes));
         run.rows = 0;
         written
+    }
+
+    /// Too big to sort in memory (`refused`): sorts `batches` (`bytes`
+    /// charged) externally after all.
+    fn sort_after_all_external(
+        &self,
+        refused: crate::ExecError,
+        batches: Vec<RecordBatch>,
+        bytes: usize,
+    ) -> Result<()> {
+        let spill = self.memory.spill_for(refused)?;
+        let mut run = Run {
+            batches,
+            rows: 0,
+            bytes,
+        };
+        self.spill_run(spill, &mut run, None)?;
+        self.finish_external(spill, Vec::new())
     }
 
     /// The external finish: spills what is left in memory and merges all runs.
@@ -479,27 +550,38 @@ impl Sink for SortSink {
         })
     }
 
-    fn finish(&self) -> Result<()> {
+    fn finish(&self) -> Result<Steps> {
         let runs = self.runs.take_all();
         if self.external.load(Ordering::Relaxed) {
             if let Some(spill) = self.memory.spill() {
-                return self.finish_external(spill, runs);
+                self.finish_external(spill, runs)?;
+                return Ok(Steps::new());
             }
         }
         let bytes: usize = runs.iter().map(|r| r.bytes).sum();
         let batches: Vec<RecordBatch> = runs.into_iter().flat_map(|r| r.batches).collect();
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        if self.fetch.is_none() && !self.keys.is_empty() && rows > SPLIT_MIN_ROWS {
+            // The output copy must fit beside the input (checked, not
+            // reserved: the output buffer charges what it holds).
+            match self.memory.charge(bytes, "sort") {
+                Ok(probe) => {
+                    drop(probe);
+                    let step = SortUnits::new(self.split.clone(), batches, bytes);
+                    return Ok(vec![Arc::new(step) as Arc<dyn SplitStep>]);
+                }
+                Err(refused) if self.can_spill() => {
+                    self.sort_after_all_external(refused, batches, bytes)?;
+                    return Ok(Steps::new());
+                }
+                Err(refused) => return Err(refused),
+            }
+        }
         let sorted = match self.sort(&batches, bytes) {
             Ok(sorted) => sorted,
             Err(refused) if self.can_spill() => {
-                // Too big to sort in memory: sort externally after all.
-                let spill = self.memory.spill_for(refused)?;
-                let mut run = Run {
-                    batches,
-                    rows: 0,
-                    bytes,
-                };
-                self.spill_run(spill, &mut run, None)?;
-                return self.finish_external(spill, Vec::new());
+                self.sort_after_all_external(refused, batches, bytes)?;
+                return Ok(Steps::new());
             }
             Err(e) => return Err(e),
         };
@@ -515,7 +597,7 @@ impl Sink for SortSink {
         // The output buffer charges the sorted rows; the runs are gone.
         let pushed = self.output.push_all(0, blocks);
         self.memory.shrink(bytes);
-        pushed
+        pushed.map(|()| Steps::new())
     }
 
     fn name(&self) -> String {
@@ -523,6 +605,296 @@ impl Sink for SortSink {
             Some(k) => format!("top-{k}"),
             None => "sort".to_string(),
         }
+    }
+}
+
+/// What the steps of a split sort share.
+#[derive(Debug)]
+struct SplitSort {
+    keys: Vec<SortKey>,
+    converter: RowConverter,
+    memory: Arc<QueryMemory>,
+    output: Arc<Buffer>,
+}
+
+/// One unit of a split sort: consecutive input batches of at most
+/// [`SORT_UNIT_ROWS`] rows; once its part ran, their keys and order.
+#[derive(Debug)]
+struct Unit {
+    /// `starts[i]`: the unit row of batch `i`'s first row; then the total.
+    starts: Vec<usize>,
+    /// Index of the unit's first batch in [`Units::batches`].
+    batch_base: usize,
+    sorted: OnceLock<SortedUnit>,
+}
+
+#[derive(Debug)]
+struct SortedUnit {
+    /// The unit's keys in row format, in input order.
+    rows: Rows,
+    /// The unit's rows in key order (a stable sort).
+    order: Vec<u32>,
+    _charge: Charge,
+}
+
+impl Unit {
+    fn len(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    fn sorted(&self) -> Result<&SortedUnit> {
+        self.sorted
+            .get()
+            .ok_or_else(|| ExecError::Internal("sort unit merged before it was sorted".into()))
+    }
+
+    /// `(batch, row in batch)` of unit row `row`.
+    fn locate(&self, row: usize) -> (usize, usize) {
+        let b = self.starts.partition_point(|&s| s <= row) - 1;
+        (self.batch_base + b, row - self.starts[b])
+    }
+}
+
+/// A split sort's input, cut into units.
+#[derive(Debug)]
+struct Units {
+    batches: Vec<RecordBatch>,
+    units: Vec<Unit>,
+    /// Bytes of `batches` charged to the query (returned after the merge).
+    bytes: usize,
+}
+
+/// A row of a split sort: `(unit, position in the unit's sorted order)`.
+type At = (usize, usize);
+
+impl Units {
+    fn key(&self, (u, pos): At) -> Result<arrow::row::Row<'_>> {
+        let s = self.units[u].sorted()?;
+        Ok(s.rows.row(s.order[pos] as usize))
+    }
+
+    /// The merge's total order: key, then unit, then position.
+    fn cmp(&self, a: At, b: At) -> Result<std::cmp::Ordering> {
+        Ok(self.key(a)?.cmp(&self.key(b)?).then(a.cmp(&b)))
+    }
+
+    /// The first position of unit `u` at or after `bound` in the total order.
+    fn lower_bound(&self, u: usize, bound: At) -> Result<usize> {
+        let (mut lo, mut hi) = (0, self.units[u].len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.cmp((u, mid), bound)?.is_lt() {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+}
+
+/// Step 1 of a split sort: sort each unit.
+#[derive(Debug)]
+struct SortUnits {
+    split: Arc<SplitSort>,
+    units: Arc<Units>,
+}
+
+impl SortUnits {
+    fn new(split: Arc<SplitSort>, input: Vec<RecordBatch>, bytes: usize) -> Self {
+        let mut batches = Vec::new();
+        let mut units = Vec::new();
+        let mut open: Option<Unit> = None;
+        for batch in input {
+            let mut offset = 0;
+            while offset < batch.num_rows() {
+                let unit = open.get_or_insert_with(|| Unit {
+                    starts: vec![0],
+                    batch_base: batches.len(),
+                    sorted: OnceLock::new(),
+                });
+                let n = (SORT_UNIT_ROWS - unit.len()).min(batch.num_rows() - offset);
+                batches.push(batch.slice(offset, n));
+                offset += n;
+                let end = unit.len() + n;
+                unit.starts.push(end);
+                if end == SORT_UNIT_ROWS {
+                    units.extend(open.take());
+                }
+            }
+        }
+        units.extend(open);
+        SortUnits {
+            split,
+            units: Arc::new(Units {
+                batches,
+                units,
+                bytes,
+            }),
+        }
+    }
+}
+
+impl SplitStep for SortUnits {
+    fn name(&self) -> String {
+        "sort: sort units".into()
+    }
+
+    fn parts(&self) -> usize {
+        self.units.units.len()
+    }
+
+    fn run_part(&self, part: usize, _worker: usize) -> Result<usize> {
+        let s = &self.split;
+        let unit = &self.units.units[part];
+        let n = unit.len();
+        let mut rows = s.converter.empty_rows(n, 0);
+        for batch in &self.units.batches[unit.batch_base..unit.batch_base + unit.starts.len() - 1] {
+            let columns = s
+                .keys
+                .iter()
+                .map(|k| Ok(k.expr.evaluate(batch)?.into_array(batch.num_rows())?))
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            s.converter.append(&mut rows, &columns)?;
+        }
+        let charge = s.memory.charge(rows.size() + 4 * n, "sort keys")?;
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by(|&a, &b| rows.row(a as usize).cmp(&rows.row(b as usize)));
+        unit.sorted
+            .set(SortedUnit {
+                rows,
+                order,
+                _charge: charge,
+            })
+            .map_err(|_| ExecError::Internal("sort unit sorted twice".into()))?;
+        Ok(n)
+    }
+
+    /// Picks the merge's key ranges from a sample of every unit.
+    fn finish(&self) -> Result<Steps> {
+        let units = &self.units;
+        let total: usize = units.units.iter().map(Unit::len).sum();
+        let mut samples: Vec<At> = Vec::new();
+        for (u, unit) in units.units.iter().enumerate() {
+            samples.extend((0..unit.len()).step_by(SAMPLE_EVERY).map(|pos| (u, pos)));
+        }
+        let mut failed = None;
+        samples.sort_by(|&a, &b| {
+            units.cmp(a, b).unwrap_or_else(|e| {
+                failed.get_or_insert(e);
+                std::cmp::Ordering::Equal
+            })
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let ranges = total
+            .div_ceil(MERGE_RANGE_ROWS)
+            .clamp(1, samples.len().max(1));
+        let mut splitters: Vec<At> = (1..ranges)
+            .map(|i| samples[i * samples.len() / ranges])
+            .collect();
+        splitters.dedup();
+        Ok(vec![Arc::new(MergeRanges {
+            split: self.split.clone(),
+            units: self.units.clone(),
+            splitters,
+        })])
+    }
+}
+
+/// Step 2 of a split sort: merge each key range of all units.
+#[derive(Debug)]
+struct MergeRanges {
+    split: Arc<SplitSort>,
+    units: Arc<Units>,
+    /// Range `p` holds the rows from `splitters[p-1]` (inclusive) to
+    /// `splitters[p]` (exclusive) in the total order.
+    splitters: Vec<At>,
+}
+
+impl SplitStep for MergeRanges {
+    fn name(&self) -> String {
+        "sort: merge key ranges".into()
+    }
+
+    fn parts(&self) -> usize {
+        self.splitters.len() + 1
+    }
+
+    fn run_part(&self, part: usize, _worker: usize) -> Result<usize> {
+        let units = &self.units;
+        // Each unit's rows in this range: `(unit, next position, end)`.
+        let mut cursors: Vec<(usize, usize, usize)> = Vec::new();
+        for u in 0..units.units.len() {
+            let lo = match part.checked_sub(1) {
+                Some(p) => units.lower_bound(u, self.splitters[p])?,
+                None => 0,
+            };
+            let hi = match self.splitters.get(part) {
+                Some(&s) => units.lower_bound(u, s)?,
+                None => units.units[u].len(),
+            };
+            if lo < hi {
+                cursors.push((u, lo, hi));
+            }
+        }
+        let rows: usize = cursors.iter().map(|&(_, lo, hi)| hi - lo).sum();
+        // A binary min-heap of cursor indices, by (key, unit).
+        let less = |cursors: &[(usize, usize, usize)], a: usize, b: usize| {
+            let (x, y) = (cursors[a], cursors[b]);
+            matches!(units.cmp((x.0, x.1), (y.0, y.1)), Ok(o) if o.is_lt())
+        };
+        let mut heap: Vec<usize> = (0..cursors.len()).collect();
+        for i in (0..heap.len() / 2).rev() {
+            sift_down(&mut heap, i, &|a, b| less(&cursors, a, b));
+        }
+        // Output blocks gather from the batches this range touches.
+        let mut local: Vec<usize> = vec![usize::MAX; units.batches.len()];
+        let mut refs: Vec<&RecordBatch> = Vec::new();
+        let mut block: Vec<(usize, usize)> = Vec::with_capacity(MERGE_CHUNK_ROWS);
+        let mut blocks = 0u64;
+        let mut flush = |block: &mut Vec<(usize, usize)>, refs: &[&RecordBatch]| -> Result<()> {
+            if !block.is_empty() {
+                let out = interleave_record_batch(refs, block)?;
+                block.clear();
+                self.split
+                    .output
+                    .push(((part as u64) << 32) + blocks, out)?;
+                blocks += 1;
+            }
+            Ok(())
+        };
+        while let Some(&top) = heap.first() {
+            let (u, pos, end) = cursors[top];
+            let unit = &units.units[u];
+            let (b, row) = unit.locate(unit.sorted()?.order[pos] as usize);
+            if local[b] == usize::MAX {
+                local[b] = refs.len();
+                refs.push(&units.batches[b]);
+            }
+            block.push((local[b], row));
+            cursors[top].1 += 1;
+            if pos + 1 == end {
+                let last = heap.len() - 1;
+                heap.swap(0, last);
+                heap.pop();
+            }
+            if !heap.is_empty() {
+                sift_down(&mut heap, 0, &|a, b| less(&cursors, a, b));
+            }
+            if block.len() >= MERGE_CHUNK_ROWS {
+                flush(&mut block, &refs)?;
+            }
+        }
+        flush(&mut block, &refs)?;
+        Ok(rows)
+    }
+
+    fn finish(&self) -> Result<Steps> {
+        // The output buffer holds the sorted rows; the input goes back.
+        self.split.memory.shrink(self.units.bytes);
+        Ok(Steps::new())
     }
 }
 
@@ -579,6 +951,19 @@ mod tests {
         }
     }
 
+    /// The `id` column of everything `output` holds, in order.
+    fn output_ids(output: &Buffer) -> Vec<i64> {
+        output
+            .take()
+            .unwrap()
+            .flat_map(|b| {
+                let b = b.unwrap();
+                let ids = b.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+                ids.values().to_vec()
+            })
+            .collect()
+    }
+
     /// Sorts 20 000 rows fed by two workers in morsels of 500 under
     /// `limit` bytes; returns the output (ids in order) and bytes spilled.
     fn run(keys: Vec<SortKey>, limit: usize, parent: &std::path::Path) -> (Vec<i64>, u64) {
@@ -589,16 +974,8 @@ mod tests {
         for (i, from) in (0..20_000).step_by(500).enumerate() {
             sink.consume(i as u64, batch(from, 500), i % 2).unwrap();
         }
-        sink.finish().unwrap();
-        let ids = output
-            .take()
-            .unwrap()
-            .flat_map(|b| {
-                let b = b.unwrap();
-                let ids = b.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
-                ids.values().to_vec()
-            })
-            .collect();
+        crate::step::run_inline(sink.finish().unwrap()).unwrap();
+        let ids = output_ids(&output);
         let spilled = memory.spilled_bytes();
         let dir = memory.spill().unwrap().dir().to_path_buf();
         drop((sink, output, memory));
@@ -654,5 +1031,129 @@ mod tests {
         b.sort_unstable();
         assert_eq!(a, b);
         std::fs::remove_dir_all(&parent).unwrap();
+    }
+
+    /// `rows` rows fed by two workers in morsels of 500, sorted in memory;
+    /// returns the ids in output order and the steps' part counts.
+    fn split_sort(keys: Vec<SortKey>, rows: i64) -> (Vec<i64>, Vec<usize>) {
+        let memory = QueryMemory::unbounded();
+        let output = Arc::new(Buffer::new(memory.clone(), "sorted rows"));
+        let sink = SortSink::new(keys, None, schema(), 2, memory.clone(), output.clone()).unwrap();
+        for (i, from) in (0..rows).step_by(500).enumerate() {
+            sink.consume(i as u64, batch(from, 500), i % 2).unwrap();
+        }
+        let mut parts = Vec::new();
+        let mut steps = sink.finish().unwrap();
+        while let Some(step) = steps.pop() {
+            parts.push(step.parts());
+            for part in (0..step.parts()).rev() {
+                step.run_part(part, 0).unwrap();
+            }
+            steps = step.finish().unwrap();
+        }
+        let ids = output_ids(&output);
+        output.release();
+        assert_eq!(memory.used(), 0, "everything charged went back");
+        (ids, parts)
+    }
+
+    /// The order a stable sort of worker 0's batches then worker 1's gives
+    /// (Arrow's `lexsort_to_indices` is not stable).
+    fn stable_reference(keys: &[SortKey], rows: i64) -> Vec<i64> {
+        let froms: Vec<i64> = (0..rows).step_by(500).collect();
+        let ordered: Vec<RecordBatch> = froms
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 0)
+            .chain(froms.iter().enumerate().filter(|(i, _)| i % 2 == 1))
+            .map(|(_, &f)| batch(f, 500))
+            .collect();
+        let all = concat_batches(&schema(), &ordered).unwrap();
+        let fields = keys
+            .iter()
+            .map(|k| SortField::new_with_options(k.expr.data_type(&schema()).unwrap(), k.options))
+            .collect();
+        let converter = RowConverter::new(fields).unwrap();
+        let columns: Vec<ArrayRef> = keys
+            .iter()
+            .map(|k| {
+                k.expr
+                    .evaluate(&all)
+                    .unwrap()
+                    .into_array(all.num_rows())
+                    .unwrap()
+            })
+            .collect();
+        let rows = converter.convert_columns(&columns).unwrap();
+        let mut order: Vec<usize> = (0..all.num_rows()).collect();
+        order.sort_by(|&a, &b| rows.row(a).cmp(&rows.row(b))); // stable
+        let ids = all.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+        order.iter().map(|&i| ids.value(i)).collect()
+    }
+
+    /// Compares two id sequences, reporting the first difference only.
+    fn same(got: &[i64], want: &[i64], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: row count");
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            let to = (i + 5).min(got.len());
+            panic!(
+                "{what}: row {i} differs: {:?} vs {:?}",
+                &got[i..to],
+                &want[i..to]
+            );
+        }
+    }
+
+    #[test]
+    fn a_split_sort_equals_a_stable_sort_of_the_input() {
+        for keys in [
+            vec![key(0, false, false), key(2, false, false)],
+            vec![key(0, true, true), key(1, false, true)],
+            // Ties only broken by input order.
+            vec![key(1, true, false)],
+        ] {
+            let (got, parts) = split_sort(keys.clone(), 200_000);
+            // 200 000 rows: 13 units of 16 Ki rows, then ~7 key ranges.
+            assert_eq!(parts[0], 13, "{parts:?}");
+            assert!(parts[1] >= 5, "{parts:?}");
+            same(
+                &got,
+                &stable_reference(&keys, 200_000),
+                &format!("{keys:?}"),
+            );
+        }
+    }
+
+    #[test]
+    fn key_ranges_split_a_run_of_equal_keys() {
+        // `f` has 13 values and NULLs over 200 000 rows; one range per
+        // distinct key would leave ranges of 15 000+ rows and at most 14
+        // of them; ranges cut inside runs of equal keys stay near 32 Ki.
+        let keys = vec![key(1, false, true)];
+        let (got, parts) = split_sort(keys.clone(), 200_000);
+        assert_eq!(parts[1], 7, "{parts:?}");
+        same(&got, &stable_reference(&keys, 200_000), "f");
+        // A single key value everywhere: still split.
+        let constant = vec![SortKey {
+            expr: Arc::new(datafusion_physical_expr::expressions::Literal::new(
+                datafusion_common::ScalarValue::Int64(Some(1)),
+            )),
+            options: SortOptions::default(),
+        }];
+        let (got, parts) = split_sort(constant.clone(), 200_000);
+        assert!(parts[1] >= 5, "{parts:?}");
+        let input_order: Vec<i64> = (0..200_000)
+            .step_by(500)
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 0)
+            .chain(
+                (0..200_000)
+                    .step_by(500)
+                    .enumerate()
+                    .filter(|(i, _)| i % 2 == 1),
+            )
+            .flat_map(|(_, f)| f..f + 500)
+            .collect();
+        same(&got, &input_order, "constant key");
     }
 }

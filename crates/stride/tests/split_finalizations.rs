@@ -1,0 +1,94 @@
+//! Breakers whose merge is split into task sets of parts (the task-set
+//! graph: a finalization emits follow-up task sets). A sort of 100 000
+//! rows runs as "sort units" and "merge key ranges" steps under 1 and 2
+//! workers, tiny and adaptive morsels, and must give the order a sort
+//! gives: every row once, keys in order, ties in a total order that the
+//! engine does not promise but the check does not need.
+
+use stride_sched::{MorselPolicy, SchedulerConfig};
+use stride_sql::{Engine, EngineConfig};
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::Int64Type;
+
+fn engine(workers: usize, morsels: MorselPolicy) -> std::sync::Arc<Engine> {
+    let engine = Engine::new(EngineConfig {
+        scheduler: SchedulerConfig {
+            workers,
+            pin_workers: false,
+            morsels,
+            ..SchedulerConfig::default()
+        },
+        ..EngineConfig::default()
+    });
+    let mut s = engine.session();
+    s.execute("CREATE TABLE d AS VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)")
+        .unwrap();
+    // 100 000 rows: every id in 0..100000 once.
+    s.execute(
+        "CREATE TABLE big AS SELECT CAST(a.column1 + 10 * b.column1 + 100 * c.column1 \
+         + 1000 * e.column1 + 10000 * f.column1 AS BIGINT) AS id \
+         FROM d a, d b, d c, d e, d f",
+    )
+    .unwrap();
+    engine
+}
+
+/// `(k, id)` pairs of a query's two BIGINT columns, in result order.
+fn pairs(out: &stride_sql::QueryOutput) -> Vec<(Option<i64>, i64)> {
+    let mut v = Vec::new();
+    for b in &out.batches {
+        let k = b.column(0).as_primitive::<Int64Type>();
+        let id = b.column(1).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            v.push(((!k.is_null(i)).then(|| k.value(i)), id.value(i)));
+        }
+    }
+    v
+}
+
+#[test]
+fn a_large_sort_is_split_into_steps_and_sorts() {
+    for (workers, morsels) in [
+        (1, MorselPolicy::Fixed(7)),
+        (2, MorselPolicy::Fixed(1000)),
+        (2, MorselPolicy::Adaptive(Default::default())),
+    ] {
+        let engine = engine(workers, morsels.clone());
+        let mut s = engine.session();
+        // A key with few values (long runs of ties) and NULLs, descending
+        // with NULLs first, then the id ascending.
+        let out = s
+            .query(
+                "SELECT CASE WHEN id % 11 = 0 THEN NULL ELSE id % 7 END AS k, id \
+                 FROM big ORDER BY k DESC NULLS FIRST, id",
+            )
+            .unwrap();
+        assert!(
+            out.stats.follow_ups >= 2,
+            "{workers} workers, {morsels:?}: the sort ran as steps: {:?}",
+            out.stats.follow_ups
+        );
+        let got = pairs(&out);
+        assert_eq!(got.len(), 100_000);
+        let key = |(k, id): &(Option<i64>, i64)| (k.map_or(i64::MIN, |k| -k), *id);
+        assert!(
+            got.windows(2).all(|w| key(&w[0]) < key(&w[1])),
+            "{workers} workers, {morsels:?}: out of order"
+        );
+        let mut ids: Vec<i64> = got.iter().map(|p| p.1).collect();
+        ids.sort_unstable();
+        assert!(ids.iter().copied().eq(0..100_000), "every row once");
+    }
+}
+
+#[test]
+fn a_small_sort_stays_one_step() {
+    let engine = engine(2, MorselPolicy::Adaptive(Default::default()));
+    let mut s = engine.session();
+    let out = s
+        .query("SELECT id % 7 AS k, id FROM big WHERE id < 1000 ORDER BY k, id")
+        .unwrap();
+    assert_eq!(out.stats.follow_ups, 0);
+    assert_eq!(pairs(&out).len(), 1000);
+}
