@@ -31,6 +31,7 @@ use arrow::array::RecordBatch;
 
 use crate::error::Result;
 use crate::memory::{batch_bytes, QueryMemory};
+use crate::seq::MorselSeq;
 use crate::spill::{SpillFile, SpillWriter};
 
 /// Where one of a buffer's batches is.
@@ -80,7 +81,7 @@ impl Sealed {
 
 #[derive(Debug)]
 pub struct Buffer {
-    parts: Mutex<Vec<(u64, Block)>>,
+    parts: Mutex<Vec<(MorselSeq, Block)>>,
     /// The spill file being written (made at the first refused charge).
     writer: Mutex<Option<SpillWriter>>,
     sealed: Mutex<Seal>,
@@ -130,7 +131,7 @@ impl Buffer {
 
     /// Adds a batch produced from the morsel with sequence number `seq`:
     /// kept in memory where its charge is granted, spilled where not.
-    pub fn push(&self, seq: u64, batch: RecordBatch) -> Result<()> {
+    pub fn push(&self, seq: MorselSeq, batch: RecordBatch) -> Result<()> {
         let rows = batch.num_rows();
         if rows == 0 {
             return Ok(());
@@ -167,10 +168,11 @@ impl Buffer {
         Ok(())
     }
 
-    /// Adds batches that are already in final order (finalization output).
-    pub fn push_all(&self, first_seq: u64, batches: Vec<RecordBatch>) -> Result<()> {
+    /// Adds batches that are already in final order and the buffer's only
+    /// content (a one-step finalization's output).
+    pub fn push_all(&self, batches: Vec<RecordBatch>) -> Result<()> {
         for (i, b) in batches.into_iter().enumerate() {
-            self.push(first_seq + i as u64, b)?;
+            self.push(MorselSeq::at(i as u64), b)?;
         }
         Ok(())
     }
@@ -254,7 +256,9 @@ mod tests {
         // Pushed out of order, as workers do.
         let order = [5u64, 1, 7, 0, 3, 2, 6, 4];
         for &seq in &order {
-            buffer.push(seq, batch(seq as i64 * 1000, 1000)).unwrap();
+            buffer
+                .push(MorselSeq::at(seq), batch(seq as i64 * 1000, 1000))
+                .unwrap();
         }
         assert_eq!(memory.used(), 16_000);
         assert!(memory.spilled_bytes() > 0);
@@ -279,7 +283,9 @@ mod tests {
 
         let result = Buffer::new(memory.clone(), "result");
         for seq in (0..6u64).rev() {
-            result.push(seq, batch(seq as i64, 1)).unwrap();
+            result
+                .push(MorselSeq::at(seq), batch(seq as i64, 1))
+                .unwrap();
         }
         let got: Vec<i64> = result
             .take()
@@ -306,8 +312,8 @@ mod tests {
     fn without_a_spill_directory_a_refused_charge_fails() {
         let memory = QueryMemory::new(MemoryPool::new(1 << 30), 10_000);
         let buffer = Buffer::new(memory, "result");
-        buffer.push(0, batch(0, 1000)).unwrap();
-        let err = buffer.push(1, batch(0, 1000)).unwrap_err();
+        buffer.push(MorselSeq::at(0), batch(0, 1000)).unwrap();
+        let err = buffer.push(MorselSeq::at(1), batch(0, 1000)).unwrap_err();
         assert_eq!(err.kind(), Some(crate::ErrorKind::OutOfMemory));
     }
 }

@@ -14,6 +14,7 @@
 //! Code map:
 //! * [`plan`] — the physical plan tree (properties only, no runtime state);
 //! * [`source`] — morsel sources: table blocks and materialized buffers;
+//! * [`seq`] — `MorselSeq`, the order a pipeline's output keeps;
 //! * [`buffer`] — materialized intermediate results kept in source order;
 //! * [`memory`] — the server-wide memory pool and each query's account;
 //! * [`spill`] — the spill area: Arrow IPC files for what a query's share
@@ -32,6 +33,7 @@ pub mod memory;
 pub mod operator;
 pub mod pipeline;
 pub mod plan;
+pub mod seq;
 pub mod source;
 pub mod spill;
 pub mod step;
@@ -40,6 +42,7 @@ pub use error::{ErrorKind, ExecError, Result};
 pub use executor::{execute, execute_with, ExecOutput};
 pub use memory::{MemoryPool, QueryMemory};
 pub use plan::PhysicalPlan;
+pub use seq::MorselSeq;
 pub use spill::{QuerySpill, SpillArea};
 pub use stride_sched::{Canceller, QueryStats};
 

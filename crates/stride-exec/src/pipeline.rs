@@ -7,6 +7,7 @@
 //! pipelines whose results it reads, which is the order the scheduler runs the
 //! task sets of the query's resource group.
 
+use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
@@ -27,6 +28,7 @@ use crate::operator::projection::ProjectionOperator;
 use crate::operator::sort::SortSink;
 use crate::operator::{Demand, Operator, Sink};
 use crate::plan::{BuildSide, PhysicalPlan};
+use crate::seq::MorselSeq;
 use crate::source::{BlockSource, Blocks, Source};
 use crate::step::StepTaskSet;
 
@@ -50,7 +52,8 @@ impl Pipeline {
     fn push(
         &self,
         op: usize,
-        seq: u64,
+        seq: MorselSeq,
+        chunks: &Cell<u32>,
         batch: RecordBatch,
         worker: usize,
         stop: &dyn Fn() -> bool,
@@ -64,10 +67,16 @@ impl Pipeline {
                     if stop() {
                         return Ok(Demand::Enough);
                     }
-                    self.push(op + 1, seq, out, worker, stop)
+                    self.push(op + 1, seq, chunks, out, worker, stop)
                 })?;
             }
-            None => self.sink.consume(seq, batch, worker)?,
+            None => {
+                // The sink sees a morsel's batches numbered in the order
+                // they were produced.
+                let chunk = chunks.get();
+                chunks.set(chunk + 1);
+                self.sink.consume(seq.chunk(chunk), batch, worker)?
+            }
         }
         Ok(if self.sink.is_full() {
             Demand::Enough
@@ -103,7 +112,7 @@ impl TaskSetWork for Pipeline {
             let rows = morsel.rows();
             let stop = || ctx.stop_requested();
             for (seq, batch) in morsel.slices {
-                self.push(0, seq, batch, ctx.worker(), &stop)?;
+                self.push(0, seq, &Cell::new(0), batch, ctx.worker(), &stop)?;
             }
             if ctx.stop_requested() {
                 // Cancelled mid-morsel: the rest of it goes with the query.
@@ -287,7 +296,7 @@ impl Compiler {
                         pass,
                         Arc::new(MaterializeSink::new(
                             buffer.clone(),
-                            0,
+                            1,
                             "materialize join output",
                         )),
                     );
@@ -357,7 +366,7 @@ impl Compiler {
                         open,
                         Arc::new(MaterializeSink::new(
                             buffer.clone(),
-                            (i as u64) << 48,
+                            i as u32,
                             "materialize union input",
                         )),
                     );

@@ -13,11 +13,12 @@ use arrow::array::RecordBatch;
 
 use crate::buffer::{Block, Buffer};
 use crate::error::Result;
+use crate::seq::MorselSeq;
 
-/// A morsel: one or more slices of consecutive rows, each with its sequence number.
+/// A morsel: one or more slices of consecutive rows, each with its place.
 #[derive(Debug, Default)]
 pub struct Morsel {
-    pub slices: Vec<(u64, RecordBatch)>,
+    pub slices: Vec<(MorselSeq, RecordBatch)>,
 }
 
 impl Morsel {
@@ -69,8 +70,6 @@ pub enum Blocks {
 #[derive(Debug)]
 pub struct BlockSource {
     blocks: Blocks,
-    /// Base of the sequence numbers of this source's morsels.
-    seq_base: u64,
     /// Rows handed out so far. Advanced by compare-and-swap over the range
     /// a morsel takes; only that range is read, nothing is published
     /// through it (Relaxed).
@@ -113,13 +112,8 @@ impl Layout {
 
 impl BlockSource {
     pub fn new(blocks: Blocks) -> Self {
-        Self::with_seq_base(blocks, 0)
-    }
-
-    pub fn with_seq_base(blocks: Blocks, seq_base: u64) -> Self {
         BlockSource {
             blocks,
-            seq_base,
             cursor: AtomicUsize::new(0),
             layout: OnceLock::new(),
         }
@@ -208,7 +202,7 @@ impl Source for BlockSource {
             if take_end > row {
                 let batch = layout.read(block)?;
                 let slice = batch.slice(row - block_start, take_end - row);
-                morsel.slices.push((self.seq_base + row as u64, slice));
+                morsel.slices.push((MorselSeq::at(row as u64), slice));
             }
             row = take_end;
             block += 1;

@@ -67,6 +67,7 @@ use crate::error::{ExecError, Result};
 use crate::hash::{hash_bytes, hash_u64, is_int_like, normalize_float_key};
 use crate::memory::QueryMemory;
 use crate::plan::{AggregateSpec, ExprRef};
+use crate::seq::MorselSeq;
 use crate::source::{Morsel, Source};
 use crate::spill::{QuerySpill, SpillFile};
 use crate::step::Steps;
@@ -743,7 +744,7 @@ fn partition_of(h: u64, partitions: usize) -> usize {
 }
 
 impl Sink for AggregateSink {
-    fn consume(&self, _seq: u64, batch: RecordBatch, worker: usize) -> Result<()> {
+    fn consume(&self, _seq: MorselSeq, batch: RecordBatch, worker: usize) -> Result<()> {
         let s = &self.shared;
         let n = batch.num_rows();
         let keys = match &s.codec {
@@ -1026,7 +1027,7 @@ impl Source for AggregateMergeSource {
         }
         let batch = self.merge_partition(p, &input)?;
         Ok(Some(Morsel {
-            slices: vec![(p as u64, batch)],
+            slices: vec![(MorselSeq::at(p as u64), batch)],
         }))
     }
 
@@ -1219,7 +1220,8 @@ mod tests {
             )
             .unwrap();
             for (i, from) in (0..30_000).step_by(1000).enumerate() {
-                sink.consume(i as u64, batch(from, 1000), i % 2).unwrap();
+                sink.consume(MorselSeq::at(i as u64), batch(from, 1000), i % 2)
+                    .unwrap();
             }
             sink.finish().unwrap();
             let mut rows = Vec::new();
@@ -1287,7 +1289,7 @@ mod tests {
             )
             .unwrap();
             let err = (0..30)
-                .map(|i| sink.consume(i, batch(i as i64 * 1000, 1000), 0))
+                .map(|i| sink.consume(MorselSeq::at(i), batch(i as i64 * 1000, 1000), 0))
                 .find_map(|r| r.err())
                 .expect("refused");
             assert_eq!(err.kind(), Some(crate::ErrorKind::OutOfMemory));

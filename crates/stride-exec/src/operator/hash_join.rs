@@ -79,6 +79,7 @@ use crate::error::{ExecError, Result};
 use crate::hash::{hash_bytes, hash_u64, is_int_like, normalize_float_key};
 use crate::memory::{batch_bytes, QueryMemory};
 use crate::plan::{BuildSide, ExprRef};
+use crate::seq::MorselSeq;
 use crate::source::{Morsel, Source};
 use crate::step::Steps;
 
@@ -507,7 +508,7 @@ impl HashBuildSink {
 }
 
 impl Sink for HashBuildSink {
-    fn consume(&self, _seq: u64, batch: RecordBatch, worker: usize) -> Result<()> {
+    fn consume(&self, _seq: MorselSeq, batch: RecordBatch, worker: usize) -> Result<()> {
         let batch = RecordBatch::try_new_with_options(
             self.schema.clone(),
             batch.columns().to_vec(),
@@ -870,7 +871,7 @@ impl Source for JoinTableInsertSource {
             vec![Arc::new(UInt32Array::from_iter_values(lo..hi))],
         )?;
         Ok(Some(Morsel {
-            slices: vec![(start as u64, batch)],
+            slices: vec![(MorselSeq::at(start as u64), batch)],
         }))
     }
 
@@ -902,7 +903,7 @@ impl JoinTableInsertSink {
 }
 
 impl Sink for JoinTableInsertSink {
-    fn consume(&self, _seq: u64, batch: RecordBatch, _worker: usize) -> Result<()> {
+    fn consume(&self, _seq: MorselSeq, batch: RecordBatch, _worker: usize) -> Result<()> {
         let rows = batch
             .column(0)
             .as_primitive_opt::<UInt32Type>()
@@ -988,7 +989,7 @@ impl Source for JoinBuildScanSource {
             &RecordBatchOptions::new().with_row_count(Some(m)),
         )?;
         Ok(Some(Morsel {
-            slices: vec![((1u64 << 62) + start as u64, out)],
+            slices: vec![(MorselSeq::at(start as u64), out)],
         }))
     }
 

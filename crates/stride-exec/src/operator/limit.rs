@@ -15,6 +15,7 @@ use super::Sink;
 use crate::buffer::Buffer;
 use crate::error::Result;
 use crate::memory::QueryMemory;
+use crate::seq::MorselSeq;
 use crate::step::Steps;
 
 #[derive(Debug)]
@@ -49,7 +50,7 @@ impl LimitSink {
 }
 
 impl Sink for LimitSink {
-    fn consume(&self, seq: u64, batch: RecordBatch, _worker: usize) -> Result<()> {
+    fn consume(&self, seq: MorselSeq, batch: RecordBatch, _worker: usize) -> Result<()> {
         if self.fetch == Some(0) {
             return Ok(());
         }
@@ -77,7 +78,7 @@ impl Sink for LimitSink {
                 continue;
             }
             let take = (n - skip).min(left);
-            self.output.push(seq, b.slice(skip, take))?;
+            self.output.push(MorselSeq::at(seq), b.slice(skip, take))?;
             seq += 1;
             left -= take;
             skip = 0;

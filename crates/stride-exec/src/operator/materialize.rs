@@ -8,28 +8,30 @@ use arrow::array::RecordBatch;
 use super::Sink;
 use crate::buffer::Buffer;
 use crate::error::Result;
+use crate::seq::MorselSeq;
 
 #[derive(Debug)]
 pub struct MaterializeSink {
     buffer: Arc<Buffer>,
-    /// Added to every sequence number (distinguishes the inputs of a union).
-    seq_base: u64,
+    /// The input of the buffer this sink feeds ([`MorselSeq::in_input`]):
+    /// the branches of a union, the passes of a join.
+    input: u32,
     label: String,
 }
 
 impl MaterializeSink {
-    pub fn new(buffer: Arc<Buffer>, seq_base: u64, label: impl Into<String>) -> Self {
+    pub fn new(buffer: Arc<Buffer>, input: u32, label: impl Into<String>) -> Self {
         MaterializeSink {
             buffer,
-            seq_base,
+            input,
             label: label.into(),
         }
     }
 }
 
 impl Sink for MaterializeSink {
-    fn consume(&self, seq: u64, batch: RecordBatch, _worker: usize) -> Result<()> {
-        self.buffer.push(self.seq_base + seq, batch)
+    fn consume(&self, seq: MorselSeq, batch: RecordBatch, _worker: usize) -> Result<()> {
+        self.buffer.push(seq.in_input(self.input), batch)
     }
 
     fn name(&self) -> String {

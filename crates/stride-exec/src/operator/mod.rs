@@ -22,6 +22,7 @@ use std::fmt;
 use arrow::array::RecordBatch;
 
 use crate::error::Result;
+use crate::seq::MorselSeq;
 use crate::step::Steps;
 
 /// Whether the rest of a pipeline takes more rows from an operator.
@@ -48,8 +49,9 @@ pub trait Operator: Send + Sync + fmt::Debug {
 
 /// The end of a pipeline.
 pub trait Sink: Send + Sync + fmt::Debug {
-    /// Absorbs a batch produced from the morsel with sequence number `seq`.
-    fn consume(&self, seq: u64, batch: RecordBatch, worker: usize) -> Result<()>;
+    /// Absorbs a batch produced at `seq` (its morsel's place, and its
+    /// chunk when an operator emitted several for one morsel).
+    fn consume(&self, seq: MorselSeq, batch: RecordBatch, worker: usize) -> Result<()>;
     /// Merges per-worker state, or returns the steps that merge it in
     /// parallel (run in order before the query's next pipeline); called
     /// once after the last task of the pipeline.

@@ -84,6 +84,7 @@ use crate::buffer::Buffer;
 use crate::error::{ExecError, Result};
 use crate::memory::{batch_bytes, Charge, QueryMemory};
 use crate::plan::SortKey;
+use crate::seq::MorselSeq;
 use crate::spill::{QuerySpill, SpillFile};
 use crate::step::{SplitStep, Steps};
 
@@ -346,7 +347,7 @@ impl SortSink {
                 .collect::<Result<Vec<_>>>()?;
             if runs.is_empty() {
                 merge(self, cursors, MERGE_CHUNK_ROWS, &mut |block| {
-                    self.output.push(seq, block)?;
+                    self.output.push(MorselSeq::at(seq), block)?;
                     seq += 1;
                     Ok(())
                 })?;
@@ -507,7 +508,7 @@ fn sift_down(heap: &mut [usize], mut i: usize, less: &dyn Fn(usize, usize) -> bo
 }
 
 impl Sink for SortSink {
-    fn consume(&self, _seq: u64, batch: RecordBatch, worker: usize) -> Result<()> {
+    fn consume(&self, _seq: MorselSeq, batch: RecordBatch, worker: usize) -> Result<()> {
         if self.fetch == Some(0) {
             return Ok(());
         }
@@ -595,7 +596,7 @@ impl Sink for SortSink {
         }
         drop(sorted);
         // The output buffer charges the sorted rows; the runs are gone.
-        let pushed = self.output.push_all(0, blocks);
+        let pushed = self.output.push_all(blocks);
         self.memory.shrink(bytes);
         pushed.map(|()| Steps::new())
     }
@@ -853,14 +854,13 @@ impl SplitStep for MergeRanges {
         let mut local: Vec<usize> = vec![usize::MAX; units.batches.len()];
         let mut refs: Vec<&RecordBatch> = Vec::new();
         let mut block: Vec<(usize, usize)> = Vec::with_capacity(MERGE_CHUNK_ROWS);
-        let mut blocks = 0u64;
+        let mut blocks = 0u32;
         let mut flush = |block: &mut Vec<(usize, usize)>, refs: &[&RecordBatch]| -> Result<()> {
             if !block.is_empty() {
                 let out = interleave_record_batch(refs, block)?;
                 block.clear();
-                self.split
-                    .output
-                    .push(((part as u64) << 32) + blocks, out)?;
+                let seq = MorselSeq::at(part as u64).chunk(blocks);
+                self.split.output.push(seq, out)?;
                 blocks += 1;
             }
             Ok(())
@@ -972,7 +972,8 @@ mod tests {
         let output = Arc::new(Buffer::new(memory.clone(), "sorted rows"));
         let sink = SortSink::new(keys, None, schema(), 2, memory.clone(), output.clone()).unwrap();
         for (i, from) in (0..20_000).step_by(500).enumerate() {
-            sink.consume(i as u64, batch(from, 500), i % 2).unwrap();
+            sink.consume(MorselSeq::at(i as u64), batch(from, 500), i % 2)
+                .unwrap();
         }
         crate::step::run_inline(sink.finish().unwrap()).unwrap();
         let ids = output_ids(&output);
@@ -1040,7 +1041,8 @@ mod tests {
         let output = Arc::new(Buffer::new(memory.clone(), "sorted rows"));
         let sink = SortSink::new(keys, None, schema(), 2, memory.clone(), output.clone()).unwrap();
         for (i, from) in (0..rows).step_by(500).enumerate() {
-            sink.consume(i as u64, batch(from, 500), i % 2).unwrap();
+            sink.consume(MorselSeq::at(i as u64), batch(from, 500), i % 2)
+                .unwrap();
         }
         let mut parts = Vec::new();
         let mut steps = sink.finish().unwrap();
