@@ -1,9 +1,9 @@
 //! Breakers whose merge is split into task sets of parts (the task-set
-//! graph: a finalization emits follow-up task sets). A sort of 100 000
-//! rows runs as "sort units" and "merge key ranges" steps under 1 and 2
-//! workers, tiny and adaptive morsels, and must give the order a sort
-//! gives: every row once, keys in order, ties in a total order that the
-//! engine does not promise but the check does not need.
+//! graph: a finalization emits follow-up task sets), under 1 and 2
+//! workers, tiny and adaptive morsels. A sort of 100 000 rows runs as
+//! "sort units" and "merge key ranges" steps and must give every row once,
+//! keys in order; a hash join building on 100 000 rows lays its table out
+//! in a step and must join as before.
 
 use stride_sched::{MorselPolicy, SchedulerConfig};
 use stride_sql::{Engine, EngineConfig};
@@ -91,4 +91,29 @@ fn a_small_sort_stays_one_step() {
         .unwrap();
     assert_eq!(out.stats.follow_ups, 0);
     assert_eq!(pairs(&out).len(), 1000);
+}
+
+#[test]
+fn a_large_hash_build_is_laid_out_by_a_step_and_joins() {
+    for (workers, morsels) in [
+        (1, MorselPolicy::Fixed(5)),
+        (2, MorselPolicy::Adaptive(Default::default())),
+    ] {
+        let engine = engine(workers, morsels.clone());
+        let mut s = engine.session();
+        // 100 000 build rows (more than one step's threshold), a key with
+        // NULLs on both sides.
+        let out = s
+            .query(
+                "SELECT CAST(count(*) AS BIGINT), CAST(sum(a.id) AS BIGINT) \
+                 FROM big a JOIN big b \
+                 ON CASE WHEN a.id % 5 = 0 THEN NULL ELSE a.id END = b.id",
+            )
+            .unwrap();
+        assert!(out.stats.follow_ups >= 1, "{workers}, {morsels:?}");
+        let got = pairs(&out);
+        // Ids not divisible by 5: 80 000 rows, summing to
+        // 4 999 950 000 - 5 * (0 + 1 + … + 19 999) = 4 000 000 000.
+        assert_eq!(got, vec![(Some(80_000), 4_000_000_000)]);
+    }
 }

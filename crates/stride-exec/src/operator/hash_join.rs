@@ -25,8 +25,11 @@
 //! A sink's `finish` runs as one finalization step that the scheduler cannot
 //! split, and linking millions of rows into bucket chains is mostly cache
 //! misses (SF 1 `orders`: tens of milliseconds). So the build's `finish`
-//! only concatenates the rows, encodes their keys and allocates the buckets;
-//! a pipeline of its own, with morsels of build rows, links them:
+//! only concatenates the rows, encodes their keys and allocates the buckets
+//! — for more than [`SPLIT_BUILD_ROWS`] rows not even that: it returns a
+//! split step ([`crate::step`]) whose parts, on any workers, encode the keys
+//! and concatenate one column each, and whose finish allocates the table —
+//! and a pipeline of its own, with morsels of build rows, links them:
 //!
 //! ```text
 //!   table state:   allocated ──insert tasks (any worker, any order)──► linked ──insert finish──► ready
@@ -81,7 +84,7 @@ use crate::memory::{batch_bytes, QueryMemory};
 use crate::plan::{BuildSide, ExprRef};
 use crate::seq::MorselSeq;
 use crate::source::{Morsel, Source};
-use crate::step::Steps;
+use crate::step::{SplitStep, Steps};
 
 /// What a side of the join contributes beyond matching pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -507,6 +510,122 @@ impl HashBuildSink {
     }
 }
 
+impl HashBuildSink {
+    fn install(&self, table: JoinHashTable) -> Result<()> {
+        install(&self.table, table)
+    }
+}
+
+fn install(slot: &HashTableSlot, table: JoinHashTable) -> Result<()> {
+    slot.set(table)
+        .map_err(|_| ExecError::Internal("hash table built twice".into()))
+}
+
+/// Build sides of more rows than this are laid out by a split step
+/// ([`LayOutBuild`]) instead of inside the build's `finish`.
+pub const SPLIT_BUILD_ROWS: usize = 1 << 16;
+
+/// The split finish of a large build side: part 0 evaluates and encodes
+/// the keys of every collected batch, part `1 + c` concatenates column
+/// `c`; the step's finish puts the columns together (no copy) and
+/// allocates the table, which the insert pipeline then links.
+#[derive(Debug)]
+struct LayOutBuild {
+    keys: Vec<ExprRef>,
+    encoder: Arc<KeyEncoder>,
+    schema: SchemaRef,
+    track_matches: bool,
+    table: HashTableSlot,
+    memory: Arc<QueryMemory>,
+    /// The collected batches, until the step's finish drops them.
+    input: std::sync::Mutex<Vec<RecordBatch>>,
+    columns: Vec<OnceLock<ArrayRef>>,
+    /// The encoded keys, from part 0 until the step's finish takes them.
+    encoded: std::sync::Mutex<Option<Keys>>,
+    rows: usize,
+    /// Bytes of `input` charged to the query.
+    collected: usize,
+}
+
+impl LayOutBuild {
+    fn input(&self) -> std::sync::MutexGuard<'_, Vec<RecordBatch>> {
+        self.input.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl SplitStep for LayOutBuild {
+    fn name(&self) -> String {
+        "hash join build: concatenate columns, encode keys".into()
+    }
+
+    fn parts(&self) -> usize {
+        1 + self.columns.len()
+    }
+
+    fn run_part(&self, part: usize, _worker: usize) -> Result<usize> {
+        // The batches are shared (Arc'd arrays): cloning the list is cheap
+        // and lets the parts run without holding the lock.
+        let input = self.input().clone();
+        let built = match part.checked_sub(1) {
+            None => {
+                let mut per_key: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.keys.len()];
+                for batch in &input {
+                    for (k, array) in eval_keys(&self.keys, batch)?.into_iter().enumerate() {
+                        per_key[k].push(array);
+                    }
+                }
+                let columns = per_key
+                    .iter()
+                    .map(|arrays| {
+                        let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
+                        Ok(arrow::compute::concat(&refs)?)
+                    })
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                let keys = self.encoder.encode(columns)?;
+                self.memory.grow(keys.bytes(), "hash join keys")?;
+                let mut slot = self.encoded.lock().unwrap_or_else(|e| e.into_inner());
+                slot.replace(keys).is_none()
+            }
+            Some(c) => {
+                let refs: Vec<&dyn Array> = input.iter().map(|b| b.column(c).as_ref()).collect();
+                let column = arrow::compute::concat(&refs)?;
+                self.columns[c].set(column).is_ok()
+            }
+        };
+        if !built {
+            return Err(ExecError::Internal("hash build part ran twice".into()));
+        }
+        Ok(input.iter().map(|b| b.num_rows()).sum::<usize>() / self.parts())
+    }
+
+    fn finish(&self) -> Result<Steps> {
+        let missing = || ExecError::Internal("hash build laid out before its parts ran".into());
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| c.get().cloned().ok_or_else(missing))
+            .collect::<Result<Vec<_>>>()?;
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(self.rows)),
+        )?;
+        std::mem::take(&mut *self.input());
+        self.memory.shrink(self.collected);
+        let keys = self
+            .encoded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(missing)?;
+        install(
+            &self.table,
+            JoinHashTable::new(batch, keys, self.track_matches)?,
+        )?;
+        Ok(Steps::new())
+    }
+}
+
 impl Sink for HashBuildSink {
     fn consume(&self, _seq: MorselSeq, batch: RecordBatch, worker: usize) -> Result<()> {
         let batch = RecordBatch::try_new_with_options(
@@ -530,15 +649,29 @@ impl Sink for HashBuildSink {
             collected + JoinHashTable::structure_bytes(rows, self.track_matches),
             "hash join table",
         )?;
+        if rows > SPLIT_BUILD_ROWS {
+            return Ok(vec![Arc::new(LayOutBuild {
+                keys: self.keys.clone(),
+                encoder: self.encoder.clone(),
+                schema: self.schema.clone(),
+                track_matches: self.track_matches,
+                table: self.table.clone(),
+                memory: self.memory.clone(),
+                columns: (0..self.schema.fields().len())
+                    .map(|_| OnceLock::new())
+                    .collect(),
+                encoded: std::sync::Mutex::new(None),
+                rows,
+                collected,
+                input: std::sync::Mutex::new(parts),
+            })]);
+        }
         let batch = concat_batches(&self.schema, &parts)?;
         drop(parts);
         self.memory.shrink(collected);
         let keys = self.encoder.encode(eval_keys(&self.keys, &batch)?)?;
         self.memory.grow(keys.bytes(), "hash join keys")?;
-        let table = JoinHashTable::new(batch, keys, self.track_matches)?;
-        self.table
-            .set(table)
-            .map_err(|_| ExecError::Internal("hash table built twice".into()))?;
+        self.install(JoinHashTable::new(batch, keys, self.track_matches)?)?;
         Ok(Steps::new())
     }
 
@@ -1271,5 +1404,84 @@ mod tests {
         assert!(chunks.iter().all(|c| c.num_rows() <= CHUNK_PAIRS));
         let total: usize = chunks.iter().map(|c| c.num_rows()).sum();
         assert_eq!(total, 3 * n);
+    }
+
+    /// A build side of 200 000 rows (two key columns: the Int2 codec; a
+    /// string key: the row format) collected by two workers goes through
+    /// the split step and gives the table the one-step layout gives: the
+    /// concatenated rows in worker order and every key's rows.
+    #[test]
+    fn a_large_build_side_is_laid_out_by_a_split_step() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let batch = |from: i64| {
+            let ids = from..from + 1000;
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from_iter(
+                        ids.clone().map(|i| (i % 13 != 0).then_some(i % 1000)),
+                    )),
+                    Arc::new(Int64Array::from_iter_values(ids.clone())),
+                    Arc::new(arrow::array::StringArray::from_iter_values(
+                        ids.map(|i| format!("k{}", i % 777)),
+                    )),
+                ],
+            )
+            .unwrap()
+        };
+        let col = |i: usize| -> ExprRef {
+            Arc::new(datafusion_physical_expr::expressions::Column::new(
+                schema.field(i).name(),
+                i,
+            ))
+        };
+        for (keys, types) in [
+            (vec![col(0), col(1)], vec![DataType::Int64, DataType::Int64]),
+            (vec![col(2)], vec![DataType::Utf8]),
+        ] {
+            let slot: HashTableSlot = Arc::new(OnceLock::new());
+            let encoder = Arc::new(KeyEncoder::new(types, false).unwrap());
+            let sink = HashBuildSink::new(
+                keys.clone(),
+                encoder.clone(),
+                schema.clone(),
+                2,
+                true,
+                slot.clone(),
+                QueryMemory::unbounded(),
+            );
+            let mut by_worker = vec![Vec::new(), Vec::new()];
+            for (i, from) in (0..200_000).step_by(1000).enumerate() {
+                sink.consume(MorselSeq::at(i as u64), batch(from), i % 2)
+                    .unwrap();
+                by_worker[i % 2].push(batch(from));
+            }
+            let steps = sink.finish().unwrap();
+            assert_eq!(steps.len(), 1, "laid out by a step");
+            assert_eq!(steps[0].parts(), 4, "keys + 3 columns");
+            crate::step::run_inline(steps).unwrap();
+            insert_in_parallel(&slot, 2, 5000);
+            let t = slot.get().unwrap();
+            let all: Vec<RecordBatch> = by_worker.into_iter().flatten().collect();
+            let expected = concat_batches(&schema, &all).unwrap();
+            assert_eq!(t.batch, expected);
+            let reference = encoder
+                .encode(eval_keys(&keys, &expected).unwrap())
+                .unwrap();
+            for row in (0..t.num_rows()).step_by(997) {
+                assert_eq!(t.keys.hash(row), reference.hash(row));
+                assert_eq!(t.keys.is_null(row), reference.is_null(row));
+                assert!(t.keys.is_null(row) || t.keys.eq(row, &reference, row));
+            }
+            assert_eq!(t.null_rows.len(), reference_nulls(&reference, t.num_rows()));
+        }
+    }
+
+    fn reference_nulls(keys: &Keys, rows: usize) -> usize {
+        (0..rows).filter(|&r| keys.is_null(r)).count()
     }
 }
