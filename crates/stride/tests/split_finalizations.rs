@@ -117,3 +117,24 @@ fn a_large_hash_build_is_laid_out_by_a_step_and_joins() {
         assert_eq!(got, vec![(Some(80_000), 4_000_000_000)]);
     }
 }
+
+#[test]
+fn a_large_aggregate_prepares_its_merge_in_a_step() {
+    for (workers, morsels) in [
+        (1, MorselPolicy::Fixed(9)),
+        (2, MorselPolicy::Adaptive(Default::default())),
+    ] {
+        let engine = engine(workers, morsels.clone());
+        let mut s = engine.session();
+        // 50 000 groups of two rows each.
+        let out = s
+            .query(
+                "SELECT CAST(count(*) AS BIGINT), CAST(sum(n) AS BIGINT) FROM \
+                 (SELECT id % 50000 AS g, count(*) AS n FROM big GROUP BY g) t \
+                 WHERE n = 2",
+            )
+            .unwrap();
+        assert!(out.stats.follow_ups >= 1, "{workers}, {morsels:?}");
+        assert_eq!(pairs(&out), vec![(Some(50_000), 100_000)]);
+    }
+}

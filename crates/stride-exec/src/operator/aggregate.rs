@@ -70,7 +70,7 @@ use crate::plan::{AggregateSpec, ExprRef};
 use crate::seq::MorselSeq;
 use crate::source::{Morsel, Source};
 use crate::spill::{QuerySpill, SpillFile};
-use crate::step::Steps;
+use crate::step::{SplitStep, Steps};
 
 /// One aggregate's per-group state, in either of DataFusion's two forms.
 enum GroupState {
@@ -743,6 +743,91 @@ fn partition_of(h: u64, partitions: usize) -> usize {
     ((h >> 40) as usize) % partitions
 }
 
+/// Aggregates of more groups than this prepare their merge in a split
+/// step ([`PrepareMerge`]) rather than inside the sink's `finish`.
+const SPLIT_PREPARE_GROUPS: usize = 1 << 14;
+
+/// Prepares the partitioned merge: one part per worker's partial turns its
+/// accumulators into state arrays and lists its groups by merge partition;
+/// the step's finish hands the merge its input.
+#[derive(Debug)]
+struct PrepareMerge {
+    partials: Vec<Mutex<Option<Partial>>>,
+    /// Each part's output, until the step's finish takes them all.
+    outputs: Vec<Mutex<Option<PartialOutput>>>,
+    partitions: usize,
+    spilled: Mutex<Vec<SpilledPartial>>,
+    charged: usize,
+    output: Arc<Mutex<Option<Arc<MergeInput>>>>,
+}
+
+impl SplitStep for PrepareMerge {
+    fn name(&self) -> String {
+        "aggregate: prepare the merge".into()
+    }
+
+    fn parts(&self) -> usize {
+        self.partials.len()
+    }
+
+    fn run_part(&self, part: usize, _worker: usize) -> Result<usize> {
+        let taken = self.partials[part]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let mut p = taken.ok_or_else(|| ExecError::Internal("partial prepared twice".into()))?;
+        let states = p
+            .states
+            .iter_mut()
+            .map(|st| st.state())
+            .collect::<Result<Vec<_>>>()?;
+        let mut by_partition = vec![Vec::new(); self.partitions];
+        let (keys, groups) = match p.table {
+            Some(table) => {
+                for (g, h) in table.hashes.iter().enumerate() {
+                    by_partition[partition_of(*h, self.partitions)].push(g as u32);
+                }
+                let groups = table.hashes.len();
+                (Some(table.keys), groups)
+            }
+            None => {
+                by_partition[0].push(0);
+                (None, 1)
+            }
+        };
+        *self.outputs[part].lock().unwrap_or_else(|e| e.into_inner()) = Some(PartialOutput {
+            keys,
+            states,
+            by_partition,
+        });
+        Ok(groups)
+    }
+
+    fn finish(&self) -> Result<Steps> {
+        let parts = self
+            .outputs
+            .iter()
+            .map(|o| {
+                o.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .ok_or_else(|| ExecError::Internal("merge prepared before its parts".into()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut output = self.output.lock().unwrap_or_else(|e| e.into_inner());
+        if output.is_some() {
+            return Err(ExecError::Internal("aggregate finished twice".into()));
+        }
+        *output = Some(Arc::new(MergeInput {
+            partitions: self.partitions,
+            parts,
+            spilled: std::mem::take(&mut *self.spilled.lock().unwrap_or_else(|e| e.into_inner())),
+            charged: self.charged,
+        }));
+        Ok(Steps::new())
+    }
+}
+
 impl Sink for AggregateSink {
     fn consume(&self, _seq: MorselSeq, batch: RecordBatch, worker: usize) -> Result<()> {
         let s = &self.shared;
@@ -848,48 +933,34 @@ impl Sink for AggregateSink {
             1
         };
         let charged = partials.iter().map(|p| p.charged).sum();
-        let mut outputs = Vec::new();
-        for mut p in partials {
-            if p.table.is_none() && p.keyless_groups == 0 {
-                continue; // this worker saw no input
-            }
-            let states = p
-                .states
-                .iter_mut()
-                .map(|st| st.state())
-                .collect::<Result<Vec<_>>>()?;
-            let mut by_partition = vec![Vec::new(); partitions];
-            let keys = match p.table {
-                Some(table) => {
-                    for (g, h) in table.hashes.iter().enumerate() {
-                        by_partition[partition_of(*h, partitions)].push(g as u32);
-                    }
-                    Some(table.keys)
-                }
-                None => {
-                    if p.keyless_groups > 0 {
-                        by_partition[0].push(0);
-                    }
-                    None
-                }
-            };
-            outputs.push(PartialOutput {
-                keys,
-                states,
-                by_partition,
-            });
-        }
-        let mut output = self.output.lock().unwrap_or_else(|e| e.into_inner());
-        if output.is_some() {
-            return Err(ExecError::Internal("aggregate finished twice".into()));
-        }
-        *output = Some(Arc::new(MergeInput {
+        let partials: Vec<Partial> = partials
+            .into_iter()
+            .filter(|p| p.table.is_some() || p.keyless_groups > 0) // saw no input
+            .collect();
+        let groups: usize = partials
+            .iter()
+            .map(|p| {
+                p.table
+                    .as_ref()
+                    .map_or(p.keyless_groups, |t| t.hashes.len())
+            })
+            .sum();
+        let prepare = PrepareMerge {
+            outputs: partials.iter().map(|_| Mutex::new(None)).collect(),
+            partials: partials.into_iter().map(|p| Mutex::new(Some(p))).collect(),
             partitions,
-            parts: outputs,
-            spilled,
+            spilled: Mutex::new(spilled),
             charged,
-        }));
-        Ok(Steps::new())
+            output: self.output.clone(),
+        };
+        if groups <= SPLIT_PREPARE_GROUPS {
+            // Little to do: no step of its own.
+            for part in 0..prepare.parts() {
+                prepare.run_part(part, 0)?;
+            }
+            return prepare.finish();
+        }
+        Ok(vec![Arc::new(prepare)])
     }
 
     fn name(&self) -> String {
@@ -1223,7 +1294,7 @@ mod tests {
                 sink.consume(MorselSeq::at(i as u64), batch(from, 1000), i % 2)
                     .unwrap();
             }
-            sink.finish().unwrap();
+            crate::step::run_inline(sink.finish().unwrap()).unwrap();
             let mut rows = Vec::new();
             while let Some(m) = merge.next_morsel(1).unwrap() {
                 for (_, b) in m.slices {
