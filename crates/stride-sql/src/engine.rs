@@ -34,7 +34,7 @@ use stride_storage::{Catalog, Table};
 
 use crate::activity::{QueryLog, QueryOrigin};
 use crate::context::{FunctionRegistry, PlannerContext, SourceOrigin, StrideTableSource};
-use crate::error::{Result, SqlError};
+use crate::error::{PlanKind, Result, SettingKind, SqlError, UndefinedKind};
 use crate::interrupt::Interrupt;
 use crate::lower::Lowerer;
 use crate::settings::SessionSettings;
@@ -133,9 +133,10 @@ impl FileAccess {
                     SqlError::Internal(format!("import directory {}: {e}", dir.display()))
                 })?;
                 let full = root.join(relative).canonicalize().map_err(|_| {
-                    SqlError::Undefined(format!(
-                        "could not open file \"{location}\" in the import directory"
-                    ))
+                    SqlError::undefined(
+                        UndefinedKind::File,
+                        format!("could not open file \"{location}\" in the import directory"),
+                    )
                 })?;
                 if !full.starts_with(&root) {
                     return Err(denied("the file is outside the import directory"));
@@ -144,9 +145,10 @@ impl FileAccess {
             }
         };
         match std::fs::metadata(&resolved) {
-            Ok(m) if !m.is_file() => Err(SqlError::Plan(format!(
-                "\"{location}\" is not a regular file"
-            ))),
+            Ok(m) if !m.is_file() => Err(SqlError::plan(
+                PlanKind::WrongObjectType,
+                format!("\"{location}\" is not a regular file"),
+            )),
             // The reader reports a missing file with its path.
             _ => Ok(resolved),
         }
@@ -270,10 +272,13 @@ impl Engine {
     /// (`stride.temp_directory`), which must be an existing directory.
     pub fn set_temp_directory(&self, parent: &std::path::Path) -> Result<()> {
         if !parent.is_absolute() || !parent.is_dir() {
-            return Err(SqlError::Setting(format!(
-                "invalid value for parameter \"stride.temp_directory\": \"{}\" (an existing directory, as an absolute path)",
-                parent.display()
-            )));
+            return Err(SqlError::setting(
+                SettingKind::InvalidValue,
+                format!(
+                    "invalid value for parameter \"stride.temp_directory\": \"{}\" (an existing directory, as an absolute path)",
+                    parent.display()
+                ),
+            ));
         }
         let mut spill = self.spill.lock().unwrap_or_else(|e| e.into_inner());
         let area = stride_exec::SpillArea::new(Some(parent));
@@ -337,9 +342,10 @@ impl Engine {
     /// Makes `schema` the default schema of sessions opened from now on.
     pub fn set_default_schema(&self, schema: &str) -> Result<()> {
         if !self.catalog.schema_exists(schema) {
-            return Err(SqlError::Undefined(format!(
-                "schema \"{schema}\" does not exist"
-            )));
+            return Err(SqlError::undefined(
+                UndefinedKind::Schema,
+                format!("schema \"{schema}\" does not exist"),
+            ));
         }
         *self
             .default_schema
@@ -524,19 +530,15 @@ fn external(e: SqlError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-/// A DataFusion error as the SQL error it carries, when a Stride callback
-/// raised one (through any layers of context DataFusion added).
-fn internal_of(e: DataFusionError) -> SqlError {
-    let mut e = e;
-    while let DataFusionError::Context(_, inner) = e {
-        e = *inner;
-    }
-    match e {
-        DataFusionError::External(inner) => match inner.downcast::<SqlError>() {
-            Ok(sql) => *sql,
-            Err(other) => SqlError::from(DataFusionError::External(other)),
-        },
-        other => SqlError::from(other),
+/// An error of DataFusion's analyzer. The analyzer's work is type coercion:
+/// a plan it refuses has types that do not fit together.
+fn analyzer_error(e: DataFusionError) -> SqlError {
+    match SqlError::from(e) {
+        SqlError::Plan {
+            kind: PlanKind::Other,
+            message,
+        } => SqlError::plan(PlanKind::DatatypeMismatch, message),
+        other => other,
     }
 }
 
@@ -552,9 +554,10 @@ impl Session {
     /// Sets the schema unqualified table names resolve in.
     pub fn set_default_schema(&mut self, schema: &str) -> Result<()> {
         if !self.engine.catalog.schema_exists(schema) {
-            return Err(SqlError::Undefined(format!(
-                "schema \"{schema}\" does not exist"
-            )));
+            return Err(SqlError::undefined(
+                UndefinedKind::Schema,
+                format!("schema \"{schema}\" does not exist"),
+            ));
         }
         self.default_schema = schema.to_string();
         Ok(())
@@ -626,14 +629,17 @@ impl Session {
     pub fn query(&mut self, sql: &str) -> Result<QueryOutput> {
         let mut outputs = self.execute(sql)?;
         if outputs.len() != 1 {
-            return Err(SqlError::Plan(format!(
-                "expected one statement, got {}",
-                outputs.len()
-            )));
+            return Err(SqlError::plan(
+                PlanKind::Other,
+                format!("expected one statement, got {}", outputs.len()),
+            ));
         }
         match outputs.pop() {
             Some(StatementOutput::Query(q)) => Ok(q),
-            _ => Err(SqlError::Plan("the statement returned no rows".into())),
+            _ => Err(SqlError::plan(
+                PlanKind::Other,
+                "the statement returned no rows",
+            )),
         }
     }
 
@@ -649,11 +655,33 @@ impl Session {
             options: &engine.options,
             system: &system,
             session_user: &session_user,
+            misses: Default::default(),
         };
         let options = ParserOptions::default()
             .with_parse_float_as_decimal(true)
             .with_enable_ident_normalization(true);
-        Ok(SqlToRel::new_with_options(&ctx, options).statement_to_plan(stmt)?)
+        SqlToRel::new_with_options(&ctx, options)
+            .statement_to_plan(stmt)
+            .map_err(|e| {
+                // The planner fails with a plain message when it finds no
+                // function of a called name; which name that was, it told
+                // the context while looking.
+                let unknown = ctx.misses.unknown_function();
+                match unknown {
+                    Some(name)
+                        if matches!(
+                            e.find_root(),
+                            DataFusionError::Plan(_) | DataFusionError::Internal(_)
+                        ) =>
+                    {
+                        SqlError::undefined(
+                            UndefinedKind::Function,
+                            format!("function {name} does not exist"),
+                        )
+                    }
+                    _ => SqlError::from(e),
+                }
+            })
     }
 
     /// Type coercion and logical optimization.
@@ -663,7 +691,7 @@ impl Session {
         let plan = crate::integers::widen_integer_sums(plan)?;
         let analyzed = crate::interrupt::analyzer(&self.interrupt)
             .execute_and_check(plan, options, |_, _| {})
-            .map_err(internal_of)?;
+            .map_err(analyzer_error)?;
         let analyzed = crate::integers::fold_constants(analyzed)?;
         let settings = crate::context::OptimizerSettings {
             context: OptimizerContext::new(),
@@ -671,7 +699,7 @@ impl Session {
         };
         let optimized = crate::interrupt::optimizer(&self.interrupt)
             .optimize(analyzed, &settings, |_, _| {})
-            .map_err(internal_of)?;
+            .map_err(SqlError::from)?;
         crate::join_order::reorder_joins(optimized)
     }
 
@@ -891,11 +919,14 @@ impl Session {
     ) -> Result<StatementOutput> {
         self.interrupt.check()?;
         if params.len() != prepared.param_types.len() {
-            return Err(SqlError::Plan(format!(
-                "the statement has {} parameters, {} values were given",
-                prepared.param_types.len(),
-                params.len()
-            )));
+            return Err(SqlError::plan(
+                PlanKind::Other,
+                format!(
+                    "the statement has {} parameters, {} values were given",
+                    prepared.param_types.len(),
+                    params.len()
+                ),
+            ));
         }
         match &prepared.kind {
             PreparedKind::Empty => Ok(command("")),
@@ -907,8 +938,9 @@ impl Session {
             }),
             PreparedKind::DiscardAll => {
                 if self.transaction.open {
-                    return Err(SqlError::Plan(
-                        "DISCARD ALL cannot run inside a transaction block".into(),
+                    return Err(SqlError::plan(
+                        PlanKind::InTransactionBlock,
+                        "DISCARD ALL cannot run inside a transaction block",
                     ));
                 }
                 self.settings = SessionSettings::default();
@@ -951,14 +983,20 @@ impl Session {
             match origin {
                 SourceOrigin::Catalog { schema, table } => {
                     engine.catalog.table(schema, table).map_err(|_| {
-                        SqlError::Undefined(format!("relation \"{schema}.{table}\" does not exist"))
+                        SqlError::undefined(
+                            UndefinedKind::Table,
+                            format!("relation \"{schema}.{table}\" does not exist"),
+                        )
                     })
                 }
                 SourceOrigin::System { view } => engine
                     .system_view(view, viewer)?
                     .map(Arc::new)
                     .ok_or_else(|| {
-                        SqlError::Undefined(format!("relation \"stride.{view}\" does not exist"))
+                        SqlError::undefined(
+                            UndefinedKind::Table,
+                            format!("relation \"stride.{view}\" does not exist"),
+                        )
                     }),
             }
         };
@@ -985,7 +1023,7 @@ impl Session {
             Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
         })
         .map(|t| t.data)
-        .map_err(internal_of)
+        .map_err(SqlError::from)
     }
 
     /// Checks a bound statement against the session's role before it runs
@@ -1067,7 +1105,7 @@ impl Session {
             }
             Ok(TreeNodeRecursion::Continue)
         })
-        .map_err(internal_of)?;
+        .map_err(SqlError::from)?;
         denied.map_or(Ok(()), Err)
     }
 
@@ -1295,18 +1333,16 @@ impl Session {
                 })
             })
         });
-        result.map(|t| t.data).map_err(internal_of)
+        result.map(|t| t.data).map_err(SqlError::from)
     }
 
     fn scalar_value(&self, subquery: &LogicalPlan) -> Result<ScalarValue> {
         let plan = self.optimize(subquery.clone())?;
         let out = self.run_query(&plan)?;
-        let field = out
-            .schema
-            .fields()
-            .first()
-            .cloned()
-            .ok_or_else(|| SqlError::Plan("scalar subquery returns no column".into()))?;
+        let field =
+            out.schema.fields().first().cloned().ok_or_else(|| {
+                SqlError::plan(PlanKind::Other, "scalar subquery returns no column")
+            })?;
         match out.num_rows() {
             0 => Ok(ScalarValue::try_from(field.data_type())?),
             1 => {
@@ -1346,7 +1382,7 @@ impl Session {
                     })
                 })
             })
-            .map_err(internal_of)?
+            .map_err(SqlError::from)?
             .data;
         Lowerer::default().lower(&placeholder)
     }
@@ -1355,10 +1391,10 @@ impl Session {
     pub fn plan_query(&self, sql: &str) -> Result<stride_exec::PhysicalPlan> {
         let mut statements = crate::limits::parse(sql)?;
         if statements.len() != 1 {
-            return Err(SqlError::Plan(format!(
-                "expected one statement, got {}",
-                statements.len()
-            )));
+            return Err(SqlError::plan(
+                PlanKind::Other,
+                format!("expected one statement, got {}", statements.len()),
+            ));
         }
         let stmt = statements
             .pop_front()
@@ -1432,7 +1468,7 @@ impl Session {
                     }
                     if !c.or_replace {
                         return Err(stride_storage::StorageError::AlreadyExists {
-                            kind: "table",
+                            kind: stride_storage::ObjectKind::Table,
                             name: format!("{schema}.{table}"),
                         }
                         .into());
@@ -1460,7 +1496,7 @@ impl Session {
             DdlStatement::CreateExternalTable(c) => {
                 let (schema, table) = self.table_name(&c.name);
                 let location = c.locations.first().cloned().ok_or_else(|| {
-                    SqlError::Plan("CREATE EXTERNAL TABLE needs a LOCATION".into())
+                    SqlError::plan(PlanKind::Other, "CREATE EXTERNAL TABLE needs a LOCATION")
                 })?;
                 let path = self.engine.file_access().resolve(&location)?;
                 let path = path.as_path();
@@ -1639,9 +1675,10 @@ impl Session {
             other => match self.settings.get(other) {
                 Some(v) => vec![(variable.into(), v)],
                 None => {
-                    return Err(SqlError::Setting(format!(
-                        "unrecognized configuration parameter \"{other}\""
-                    )))
+                    return Err(SqlError::setting(
+                        SettingKind::Unrecognized,
+                        format!("unrecognized configuration parameter \"{other}\""),
+                    ))
                 }
             },
         };

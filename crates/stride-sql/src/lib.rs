@@ -46,5 +46,5 @@ pub use engine::{
     Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session, SpillConfig,
     StatementOutput,
 };
-pub use error::SqlError;
+pub use error::{PlanKind, SettingKind, SqlError, UndefinedKind};
 pub use interrupt::Interrupt;
