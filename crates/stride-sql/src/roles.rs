@@ -28,7 +28,7 @@
 //! [`RoleStatement`] is the parsed form of `CREATE ROLE` / `CREATE USER`,
 //! `ALTER ROLE`, `DROP ROLE`, `GRANT` and `REVOKE`; [`Roles::execute`] runs
 //! one. The session checks every statement's table access against its role
-//! before running it (`Session::authorize` in `engine.rs`).
+//! before running it (`Session::authorize` in `engine/mod.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
