@@ -1,7 +1,8 @@
 //! Engine errors as PostgreSQL SQLSTATE codes.
 
 use stride_exec::ErrorKind;
-use stride_sql::SqlError;
+use stride_sql::{PlanKind, SettingKind, SqlError, UndefinedKind};
+use stride_storage::{ObjectKind, StorageError};
 
 pub const SYNTAX_ERROR: &str = "42601";
 pub const UNDEFINED_TABLE: &str = "42P01";
@@ -9,6 +10,15 @@ pub const UNDEFINED_COLUMN: &str = "42703";
 pub const UNDEFINED_FUNCTION: &str = "42883";
 pub const UNDEFINED_OBJECT: &str = "42704";
 pub const INVALID_SCHEMA_NAME: &str = "3F000";
+pub const DUPLICATE_TABLE: &str = "42P07";
+pub const DUPLICATE_SCHEMA: &str = "42P06";
+pub const DUPLICATE_COLUMN: &str = "42701";
+pub const AMBIGUOUS_COLUMN: &str = "42702";
+pub const WRONG_OBJECT_TYPE: &str = "42809";
+pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+pub const UNDEFINED_FILE: &str = "58P01";
+pub const IO_ERROR: &str = "58030";
 pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
 pub const QUERY_CANCELED: &str = "57014";
 pub const PROTOCOL_VIOLATION: &str = "08P01";
@@ -39,40 +49,32 @@ pub const OBJECT_IN_USE: &str = "55006";
 pub const INVALID_GRANT_OPERATION: &str = "0LP01";
 pub const RESERVED_NAME: &str = "42939";
 
-/// The SQLSTATE of an engine error.
+/// The SQLSTATE of an engine error, read from its variant and typed kind
+/// alone: no message is looked at.
 pub fn of(e: &SqlError) -> &'static str {
     match e {
         SqlError::Syntax(_) => SYNTAX_ERROR,
-        SqlError::Undefined(m) => {
-            let m = m.to_ascii_lowercase();
-            if m.contains("schema") {
-                INVALID_SCHEMA_NAME
-            } else if m.contains("column") || m.contains("field") {
-                UNDEFINED_COLUMN
-            } else if m.contains("function") {
-                UNDEFINED_FUNCTION
-            } else {
-                UNDEFINED_TABLE
-            }
-        }
+        SqlError::Undefined { kind, .. } => match kind {
+            UndefinedKind::Table => UNDEFINED_TABLE,
+            UndefinedKind::Column => UNDEFINED_COLUMN,
+            UndefinedKind::Function => UNDEFINED_FUNCTION,
+            UndefinedKind::Schema => INVALID_SCHEMA_NAME,
+            UndefinedKind::File => UNDEFINED_FILE,
+        },
         SqlError::Unsupported(_) => FEATURE_NOT_SUPPORTED,
-        SqlError::Plan(m) => {
-            let m = m.to_ascii_lowercase();
-            if m.contains("invalid function") || m.contains("no function matches") {
-                UNDEFINED_FUNCTION
-            } else if m.contains("cannot") && m.contains("type") || m.contains("coerc") {
-                DATATYPE_MISMATCH
-            } else {
-                SYNTAX_ERROR_OR_ACCESS_RULE
-            }
-        }
-        SqlError::Setting(m) => {
-            if m.contains("unrecognized") {
-                UNDEFINED_OBJECT
-            } else {
-                INVALID_PARAMETER_VALUE
-            }
-        }
+        SqlError::Plan { kind, .. } => match kind {
+            PlanKind::DatatypeMismatch => DATATYPE_MISMATCH,
+            PlanKind::AmbiguousColumn => AMBIGUOUS_COLUMN,
+            PlanKind::DuplicateColumn => DUPLICATE_COLUMN,
+            PlanKind::WrongObjectType => WRONG_OBJECT_TYPE,
+            PlanKind::InTransactionBlock => ACTIVE_SQL_TRANSACTION,
+            PlanKind::Other => SYNTAX_ERROR_OR_ACCESS_RULE,
+        },
+        SqlError::Setting { kind, .. } => match kind {
+            SettingKind::Unrecognized => UNDEFINED_OBJECT,
+            SettingKind::InvalidValue => INVALID_PARAMETER_VALUE,
+            SettingKind::ReadOnly => CANT_CHANGE_RUNTIME_PARAM,
+        },
         SqlError::Cancelled | SqlError::Timeout => QUERY_CANCELED,
         SqlError::TooComplex(_) => STATEMENT_TOO_COMPLEX,
         SqlError::PlanInvalidated(_) => FEATURE_NOT_SUPPORTED,
@@ -97,16 +99,23 @@ pub fn of(e: &SqlError) -> &'static str {
             Some(ErrorKind::ValueTooLarge) => PROGRAM_LIMIT_EXCEEDED,
             None => INTERNAL_ERROR,
         },
-        SqlError::Storage(e) => {
-            let m = e.to_string().to_ascii_lowercase();
-            if m.contains("already exists") {
-                DUPLICATE_OBJECT
-            } else if m.contains("does not exist") || m.contains("not found") {
-                UNDEFINED_TABLE
-            } else {
-                DATA_EXCEPTION
+        SqlError::Storage(e) => match e {
+            StorageError::SchemaNotFound(_) => INVALID_SCHEMA_NAME,
+            StorageError::TableNotFound(_) => UNDEFINED_TABLE,
+            StorageError::AlreadyExists { kind, .. } => match kind {
+                ObjectKind::Schema => DUPLICATE_SCHEMA,
+                ObjectKind::Table => DUPLICATE_TABLE,
+            },
+            StorageError::SchemaNotEmpty(_) => DEPENDENT_OBJECTS_STILL_EXIST,
+            StorageError::InvalidArgument(_) => INVALID_PARAMETER_VALUE,
+            StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                UNDEFINED_FILE
             }
-        }
+            StorageError::Io { .. } => IO_ERROR,
+            // A file that is not what its format says.
+            StorageError::Arrow(_) | StorageError::Parquet(_) => DATA_EXCEPTION,
+            StorageError::Internal(_) => INTERNAL_ERROR,
+        },
         SqlError::Internal(_) => INTERNAL_ERROR,
     }
 }
@@ -121,14 +130,23 @@ mod tests {
     #[test]
     fn codes_by_kind() {
         assert_eq!(of(&SqlError::Syntax("x".into())), "42601");
-        assert_eq!(
-            of(&SqlError::Undefined("table \"t\" does not exist".into())),
-            "42P01"
-        );
-        assert_eq!(
-            of(&SqlError::Undefined("schema \"s\" does not exist".into())),
-            "3F000"
-        );
+        let undefined = |kind| of(&SqlError::undefined(kind, "x"));
+        assert_eq!(undefined(UndefinedKind::Table), "42P01");
+        assert_eq!(undefined(UndefinedKind::Column), "42703");
+        assert_eq!(undefined(UndefinedKind::Function), "42883");
+        assert_eq!(undefined(UndefinedKind::Schema), "3F000");
+        assert_eq!(undefined(UndefinedKind::File), "58P01");
+        let plan = |kind| of(&SqlError::plan(kind, "x"));
+        assert_eq!(plan(PlanKind::DatatypeMismatch), "42804");
+        assert_eq!(plan(PlanKind::AmbiguousColumn), "42702");
+        assert_eq!(plan(PlanKind::DuplicateColumn), "42701");
+        assert_eq!(plan(PlanKind::WrongObjectType), "42809");
+        assert_eq!(plan(PlanKind::InTransactionBlock), "25001");
+        assert_eq!(plan(PlanKind::Other), "42000");
+        let setting = |kind| of(&SqlError::setting(kind, "x"));
+        assert_eq!(setting(SettingKind::Unrecognized), "42704");
+        assert_eq!(setting(SettingKind::InvalidValue), "22023");
+        assert_eq!(setting(SettingKind::ReadOnly), "55P02");
         assert_eq!(of(&SqlError::Unsupported("x".into())), "0A000");
         assert_eq!(of(&SqlError::Cancelled), "57014");
         assert_eq!(of(&SqlError::Timeout), "57014");
@@ -138,6 +156,103 @@ mod tests {
         assert_eq!(of(&SqlError::DuplicateObject("x".into())), "42710");
         assert_eq!(of(&SqlError::UndefinedObject("x".into())), "42704");
         assert_eq!(of(&SqlError::DependentObjects("x".into())), "2BP01");
+    }
+
+    /// The same message under different kinds gives different codes, and
+    /// a message that names one kind under another kind gives the other's
+    /// code: no path reads the text.
+    #[test]
+    fn messages_are_never_read() {
+        let message = "schema \"s\" does not exist (column function table unrecognized)";
+        let codes: Vec<&str> = [
+            UndefinedKind::Table,
+            UndefinedKind::Column,
+            UndefinedKind::Function,
+            UndefinedKind::Schema,
+            UndefinedKind::File,
+        ]
+        .into_iter()
+        .map(|kind| of(&SqlError::undefined(kind, message)))
+        .collect();
+        assert_eq!(codes, ["42P01", "42703", "42883", "3F000", "58P01"]);
+        let unrecognized = "unrecognized configuration parameter \"x\"";
+        assert_eq!(
+            of(&SqlError::setting(SettingKind::InvalidValue, unrecognized)),
+            "22023"
+        );
+        assert_eq!(
+            of(&SqlError::setting(
+                SettingKind::Unrecognized,
+                "invalid value"
+            )),
+            "42704"
+        );
+        let coercion = "Cannot coerce: no function matches, invalid function";
+        assert_eq!(of(&SqlError::plan(PlanKind::Other, coercion)), "42000");
+        // Storage errors by variant: a table's "does not exist" differs
+        // from a schema's, a schema's "already exists" from a table's.
+        let storage = |e| of(&SqlError::Storage(e));
+        assert_eq!(storage(StorageError::SchemaNotFound("t".into())), "3F000");
+        assert_eq!(storage(StorageError::TableNotFound("s".into())), "42P01");
+        let exists = |kind| StorageError::AlreadyExists {
+            kind,
+            name: "x".into(),
+        };
+        assert_eq!(storage(exists(ObjectKind::Schema)), "42P06");
+        assert_eq!(storage(exists(ObjectKind::Table)), "42P07");
+        assert_eq!(storage(StorageError::SchemaNotEmpty("s".into())), "2BP01");
+        assert_eq!(
+            storage(StorageError::InvalidArgument("already exists".into())),
+            "22023"
+        );
+        assert_eq!(storage(StorageError::Internal("not found".into())), "XX000");
+        let io = |raw| StorageError::Io {
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(raw),
+        };
+        assert_eq!(storage(io(2)), "58P01"); // ENOENT
+        assert_eq!(storage(io(5)), "58030"); // EIO
+    }
+
+    /// DataFusion's errors classified by their structured variants.
+    #[test]
+    fn datafusion_errors_by_their_variant() {
+        use datafusion_common::{Column, DataFusionError, SchemaError};
+        let schema_error = |e: SchemaError| {
+            of(&SqlError::from(DataFusionError::SchemaError(
+                Box::new(e),
+                Box::new(None),
+            )))
+        };
+        let field = || Box::new(Column::from_name("c"));
+        assert_eq!(
+            schema_error(SchemaError::FieldNotFound {
+                field: field(),
+                valid_fields: Vec::new(),
+            }),
+            "42703"
+        );
+        assert_eq!(
+            schema_error(SchemaError::AmbiguousReference { field: field() }),
+            "42702"
+        );
+        assert_eq!(
+            schema_error(SchemaError::DuplicateUnqualifiedField { name: "c".into() }),
+            "42701"
+        );
+        // A storage error raised in a planner callback, under context.
+        let lookup = DataFusionError::External(Box::new(StorageError::SchemaNotFound("s".into())))
+            .context("while planning");
+        assert_eq!(of(&SqlError::from(lookup)), "3F000");
+        // A Stride error raised in a callback comes back as itself.
+        let own = DataFusionError::External(Box::new(SqlError::undefined(
+            UndefinedKind::Function,
+            "function f does not exist",
+        )));
+        assert_eq!(of(&SqlError::from(own)), "42883");
+        // A plan error whose text names a missing table is still only that.
+        let plan = DataFusionError::Plan("table \"t\" not found".into());
+        assert_eq!(of(&SqlError::from(plan)), "42000");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The catalog and function registry as DataFusion's planner sees them.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -13,6 +14,8 @@ use datafusion_expr::{
     Signature, TableProviderFilterPushDown, TableSource, Volatility, WindowUDF,
 };
 use stride_storage::{Catalog, Table};
+
+use crate::error::{SqlError, UndefinedKind};
 
 /// A table snapshot handed to the planner. Lowering takes the snapshot back
 /// out of the `TableScan`, so a query reads exactly the data it was planned on.
@@ -170,6 +173,47 @@ pub struct PlannerContext<'a> {
     /// The session's role: the value of `current_user`, `session_user` and
     /// `current_role`.
     pub session_user: &'a str,
+    /// Function names the planner looked up in vain (start with
+    /// `Default::default()`).
+    pub misses: FunctionMisses,
+}
+
+/// What the planner failed to find among the functions while binding one
+/// statement, so that a call of an unknown function is reported as such
+/// (SQLSTATE 42883) from what the planner asked, not from its message.
+///
+/// DataFusion's planner looks a called name up as a scalar, higher-order and
+/// aggregate function (window functions are refused before planning); when
+/// none matches, and only then, it asks for the registered names to suggest
+/// one (`suggest_valid_function`) and fails. The name of the last failed
+/// lookup when that list is asked for is the unknown function.
+#[derive(Debug, Default)]
+pub struct FunctionMisses {
+    last: RefCell<Option<String>>,
+    unknown: RefCell<Option<String>>,
+}
+
+impl FunctionMisses {
+    /// Notes a lookup of `name`; `found`: whether it resolved.
+    fn looked_up(&self, name: &str, found: bool) {
+        if !found {
+            *self.last.borrow_mut() = Some(name.to_string());
+        }
+    }
+
+    /// The planner asked for every function name: it found no function of
+    /// the name it looked up last.
+    fn listed(&self) {
+        let last = self.last.borrow().clone();
+        if last.is_some() {
+            *self.unknown.borrow_mut() = last;
+        }
+    }
+
+    /// The function the planner gave up on, if it gave up on one.
+    pub fn unknown_function(&self) -> Option<String> {
+        self.unknown.borrow().clone()
+    }
 }
 
 impl PlannerContext<'_> {
@@ -220,18 +264,24 @@ impl ContextProvider for PlannerContext<'_> {
                 signature: Signature::nullary(Volatility::Stable),
             })));
         }
-        self.functions.scalars.get(name).cloned()
+        let found = self.functions.scalars.get(name).cloned();
+        self.misses.looked_up(name, found.is_some());
+        found
     }
 
-    fn get_higher_order_meta(&self, _name: &str) -> Option<Arc<HigherOrderUDF>> {
+    fn get_higher_order_meta(&self, name: &str) -> Option<Arc<HigherOrderUDF>> {
+        self.misses.looked_up(name, false);
         None
     }
 
     fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
-        self.functions.aggregates.get(name).cloned()
+        let found = self.functions.aggregates.get(name).cloned();
+        self.misses.looked_up(name, found.is_some());
+        found
     }
 
-    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        self.misses.looked_up(name, false);
         None
     }
 
@@ -244,10 +294,12 @@ impl ContextProvider for PlannerContext<'_> {
     }
 
     fn udf_names(&self) -> Vec<String> {
+        self.misses.listed();
         self.functions.scalars.keys().cloned().collect()
     }
 
     fn udaf_names(&self) -> Vec<String> {
+        self.misses.listed();
         self.functions.aggregates.keys().cloned().collect()
     }
 
@@ -281,18 +333,18 @@ impl datafusion_expr::registry::FunctionRegistry for FunctionRegistry {
         self.scalars
             .get(name)
             .cloned()
-            .ok_or_else(|| DataFusionError::Plan(format!("function {name} not found")))
+            .ok_or_else(|| undefined_function(name))
     }
 
     fn higher_order_function(&self, name: &str) -> datafusion_common::Result<Arc<HigherOrderUDF>> {
-        Err(DataFusionError::Plan(format!("function {name} not found")))
+        Err(undefined_function(name))
     }
 
     fn udaf(&self, name: &str) -> datafusion_common::Result<Arc<AggregateUDF>> {
         self.aggregates
             .get(name)
             .cloned()
-            .ok_or_else(|| DataFusionError::Plan(format!("aggregate function {name} not found")))
+            .ok_or_else(|| undefined_function(name))
     }
 
     fn udwf(&self, name: &str) -> datafusion_common::Result<Arc<WindowUDF>> {
@@ -304,6 +356,14 @@ impl datafusion_expr::registry::FunctionRegistry for FunctionRegistry {
     fn expr_planners(&self) -> Vec<Arc<dyn ExprPlanner>> {
         self.planners.clone()
     }
+}
+
+/// No function of that name, as the optimizer's registry reports it.
+fn undefined_function(name: &str) -> DataFusionError {
+    DataFusionError::External(Box::new(SqlError::undefined(
+        UndefinedKind::Function,
+        format!("function {name} does not exist"),
+    )))
 }
 
 /// The optimizer's view of a statement: DataFusion's standalone context plus

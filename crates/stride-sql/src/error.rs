@@ -1,4 +1,4 @@
-use datafusion_common::DataFusionError;
+use datafusion_common::{DataFusionError, SchemaError};
 use stride_exec::ExecError;
 use stride_storage::StorageError;
 
@@ -8,17 +8,21 @@ pub enum SqlError {
     /// The text is not valid SQL.
     #[error("syntax error: {0}")]
     Syntax(String),
-    /// Valid SQL naming something that does not exist (table, column, function).
-    #[error("{0}")]
-    Undefined(String),
+    /// Valid SQL naming something that does not exist; `kind` says what.
+    #[error("{message}")]
+    Undefined {
+        kind: UndefinedKind,
+        message: String,
+    },
     /// Valid SQL that Stride does not support; names the construct.
     #[error("not supported: {0}")]
     Unsupported(String),
-    /// Planning failed otherwise (type errors, ambiguous names…).
-    #[error("planning error: {0}")]
-    Plan(String),
-    #[error("invalid setting: {0}")]
-    Setting(String),
+    /// Planning failed otherwise; `kind` says why.
+    #[error("planning error: {message}")]
+    Plan { kind: PlanKind, message: String },
+    /// `SET` / `SHOW` refused; `kind` says why.
+    #[error("invalid setting: {message}")]
+    Setting { kind: SettingKind, message: String },
     #[error(transparent)]
     Exec(#[from] ExecError),
     #[error(transparent)]
@@ -68,28 +72,153 @@ pub enum SqlError {
     Internal(String),
 }
 
+/// What a statement named that does not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UndefinedKind {
+    /// A table or view (SQLSTATE 42P01).
+    Table,
+    /// A column of the tables in scope (42703).
+    Column,
+    /// A function of no registered name (42883).
+    Function,
+    /// A schema (3F000).
+    Schema,
+    /// A server-side file (58P01).
+    File,
+}
+
+/// Why the planner refused a statement that names only things that exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanKind {
+    /// Types that do not fit together: an operator's operands, a function's
+    /// arguments, the branches of a `CASE` (42804). Every refusal of
+    /// DataFusion's analyzer, whose work is type coercion.
+    DatatypeMismatch,
+    /// An unqualified column name that more than one table in scope has
+    /// (42702).
+    AmbiguousColumn,
+    /// Two columns of one name where names must be unique (42701).
+    DuplicateColumn,
+    /// An object of another kind than the statement needs: a location that
+    /// is not a regular file (42809).
+    WrongObjectType,
+    /// A statement that may not run inside a transaction block (25001).
+    InTransactionBlock,
+    /// Anything else (42000).
+    Other,
+}
+
+/// Why a `SET` or `SHOW` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingKind {
+    /// No parameter of that name (42704).
+    Unrecognized,
+    /// A value the parameter does not take (22023).
+    InvalidValue,
+    /// A parameter fixed for the server's lifetime (55P02).
+    ReadOnly,
+}
+
+impl SqlError {
+    /// An [`SqlError::Undefined`] of `kind`.
+    pub fn undefined(kind: UndefinedKind, message: impl Into<String>) -> Self {
+        SqlError::Undefined {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// An [`SqlError::Plan`] of `kind`.
+    pub fn plan(kind: PlanKind, message: impl Into<String>) -> Self {
+        SqlError::Plan {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// An [`SqlError::Setting`] of `kind`.
+    pub fn setting(kind: SettingKind, message: impl Into<String>) -> Self {
+        SqlError::Setting {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
 pub type Result<T, E = SqlError> = std::result::Result<T, E>;
 
+/// A DataFusion error as the SQL error it stands for, classified by its
+/// variant, never by its text. Layers of context DataFusion adds are peeled
+/// off; an error Stride raised inside a DataFusion callback (a `SqlError` or
+/// a `StorageError` or an `ExecError` carried by `DataFusionError::External`)
+/// comes back as itself.
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
-        match e.find_root() {
-            DataFusionError::SQL(p, _) => SqlError::Syntax(p.to_string()),
-            DataFusionError::NotImplemented(m) => SqlError::Unsupported(m.clone()),
-            DataFusionError::SchemaError(s, _) => SqlError::Undefined(s.to_string()),
-            DataFusionError::Plan(m) if m.contains("not found") => SqlError::Undefined(m.clone()),
-            DataFusionError::Plan(m) => SqlError::Plan(m.clone()),
-            DataFusionError::External(ext) => match ext.downcast_ref::<StorageError>() {
-                Some(StorageError::TableNotFound(t)) => {
-                    SqlError::Undefined(format!("table \"{t}\" does not exist"))
+        let mut e = e;
+        loop {
+            e = match e {
+                DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+                    *inner
                 }
-                Some(StorageError::SchemaNotFound(s)) => {
-                    SqlError::Undefined(format!("schema \"{s}\" does not exist"))
+                DataFusionError::Shared(shared) => match std::sync::Arc::try_unwrap(shared) {
+                    Ok(inner) => inner,
+                    Err(shared) => return classify(&shared),
+                },
+                DataFusionError::External(ext) => {
+                    let ext = match ext.downcast::<SqlError>() {
+                        Ok(sql) => return *sql,
+                        Err(other) => other,
+                    };
+                    let ext = match ext.downcast::<StorageError>() {
+                        Ok(storage) => return SqlError::Storage(*storage),
+                        Err(other) => other,
+                    };
+                    match ext.downcast::<DataFusionError>() {
+                        Ok(inner) => *inner,
+                        // An executor error (as itself) or one of no known
+                        // type (an internal error).
+                        Err(other) => {
+                            return SqlError::Exec(ExecError::from(DataFusionError::External(
+                                other,
+                            )))
+                        }
+                    }
                 }
-                _ => SqlError::Plan(ext.to_string()),
-            },
-            other => SqlError::Exec(ExecError::DataFusion(DataFusionError::Internal(
-                other.to_string(),
-            ))),
+                other => return classify(&other),
+            }
         }
+    }
+}
+
+/// The SQL error of a DataFusion error that carries no other error.
+fn classify(e: &DataFusionError) -> SqlError {
+    match e {
+        DataFusionError::SQL(p, _) => SqlError::Syntax(p.to_string()),
+        DataFusionError::NotImplemented(m) => SqlError::Unsupported(m.clone()),
+        DataFusionError::SchemaError(s, _) => {
+            let message = s.to_string();
+            match s.as_ref() {
+                SchemaError::FieldNotFound { .. } => {
+                    SqlError::undefined(UndefinedKind::Column, message)
+                }
+                SchemaError::AmbiguousReference { .. } => {
+                    SqlError::plan(PlanKind::AmbiguousColumn, message)
+                }
+                SchemaError::DuplicateQualifiedField { .. }
+                | SchemaError::DuplicateUnqualifiedField { .. } => {
+                    SqlError::plan(PlanKind::DuplicateColumn, message)
+                }
+            }
+        }
+        DataFusionError::Plan(m) => SqlError::plan(PlanKind::Other, m.clone()),
+        // Wrappers are peeled before; one that could not be (a shared
+        // error still referenced elsewhere) is looked into by reference.
+        DataFusionError::Shared(inner) => classify(inner),
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            classify(inner)
+        }
+        other => SqlError::Exec(ExecError::DataFusion(DataFusionError::Internal(
+            other.to_string(),
+        ))),
     }
 }

@@ -13,8 +13,10 @@
 //! * [`functions`] — size-checked `repeat`, `lpad`, `rpad` (54000 beyond
 //!   1 GB per value);
 //! * [`coerce`] — literal typing fixes applied before DataFusion's coercion;
-//! * [`engine`] — engine and sessions: statements, prepared statements with
-//!   parameters, DDL/DML, EXPLAIN, transactions blocks;
+//! * [`engine`] — engine and sessions, one submodule per statement kind:
+//!   queries and EXPLAIN, prepared statements with parameters, DDL/DML,
+//!   SET/SHOW and transaction blocks;
+//! * [`error`] — `SqlError` and the typed kinds its SQLSTATE is read from;
 //! * [`interrupt`] — cancels and `statement_timeout`, also inside the
 //!   optimizer;
 //! * [`settings`] — `SET`/`SHOW`: Stride's settings and PostgreSQL's;
@@ -46,5 +48,5 @@ pub use engine::{
     Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session, SpillConfig,
     StatementOutput,
 };
-pub use error::SqlError;
+pub use error::{PlanKind, SettingKind, SqlError, UndefinedKind};
 pub use interrupt::Interrupt;

@@ -28,7 +28,7 @@
 //! [`RoleStatement`] is the parsed form of `CREATE ROLE` / `CREATE USER`,
 //! `ALTER ROLE`, `DROP ROLE`, `GRANT` and `REVOKE`; [`Roles::execute`] runs
 //! one. The session checks every statement's table access against its role
-//! before running it (`Session::authorize` in `engine.rs`).
+//! before running it (`Session::authorize` in `engine/mod.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -41,7 +41,7 @@ use datafusion_sql::sqlparser::ast::{
 };
 use stride_storage::{Catalog, Table};
 
-use crate::error::{Result, SqlError};
+use crate::error::{Result, SqlError, UndefinedKind};
 use crate::scram::Verifier;
 
 /// A role's id (PostgreSQL: its OID).
@@ -941,14 +941,16 @@ impl Roles {
                     TableTarget::Tables(list) => {
                         for (schema, table) in list {
                             if !catalog.schema_exists(schema) {
-                                return Err(SqlError::Undefined(format!(
-                                    "schema \"{schema}\" does not exist"
-                                )));
+                                return Err(SqlError::undefined(
+                                    UndefinedKind::Schema,
+                                    format!("schema \"{schema}\" does not exist"),
+                                ));
                             }
                             if catalog.table(schema, table).is_err() {
-                                return Err(SqlError::Undefined(format!(
-                                    "relation \"{schema}.{table}\" does not exist"
-                                )));
+                                return Err(SqlError::undefined(
+                                    UndefinedKind::Table,
+                                    format!("relation \"{schema}.{table}\" does not exist"),
+                                ));
                             }
                         }
                         list.clone()
@@ -957,7 +959,10 @@ impl Roles {
                         let mut keys = Vec::new();
                         for schema in schemas {
                             let names = catalog.table_names(schema).map_err(|_| {
-                                SqlError::Undefined(format!("schema \"{schema}\" does not exist"))
+                                SqlError::undefined(
+                                    UndefinedKind::Schema,
+                                    format!("schema \"{schema}\" does not exist"),
+                                )
                             })?;
                             keys.extend(names.into_iter().map(|t| (schema.clone(), t)));
                         }
@@ -989,9 +994,10 @@ impl Roles {
                 let who = resolve_grantees(&st, grantees)?;
                 for schema in schemas {
                     if !catalog.schema_exists(schema) {
-                        return Err(SqlError::Undefined(format!(
-                            "schema \"{schema}\" does not exist"
-                        )));
+                        return Err(SqlError::undefined(
+                            UndefinedKind::Schema,
+                            format!("schema \"{schema}\" does not exist"),
+                        ));
                     }
                 }
                 // Schemas belong to the bootstrap superuser: superusers grant.
@@ -1518,7 +1524,10 @@ mod tests {
         ));
         assert!(matches!(
             err(boot, "grant select on nope to alice"),
-            SqlError::Undefined(_)
+            SqlError::Undefined {
+                kind: UndefinedKind::Table,
+                ..
+            }
         ));
         assert!(matches!(
             err(boot, "create role public"),

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use stride_sched::Policy;
 
-use crate::error::{Result, SqlError};
+use crate::error::{Result, SettingKind, SqlError};
 
 /// The PostgreSQL version Stride's protocol and catalog answers follow.
 pub const SERVER_VERSION: &str = "16.0";
@@ -83,9 +83,10 @@ fn parse_bool(name: &str, value: &str) -> Result<bool> {
     match value.to_ascii_lowercase().as_str() {
         "on" | "true" | "1" | "yes" => Ok(true),
         "off" | "false" | "0" | "no" => Ok(false),
-        _ => Err(SqlError::Setting(format!(
-            "parameter \"{name}\" requires a Boolean value, got \"{value}\""
-        ))),
+        _ => Err(SqlError::setting(
+            SettingKind::InvalidValue,
+            format!("parameter \"{name}\" requires a Boolean value, got \"{value}\""),
+        )),
     }
 }
 
@@ -96,14 +97,16 @@ impl SessionSettings {
         match name {
             "stride.user_priority" => {
                 let p: f64 = value.parse().map_err(|_| {
-                    SqlError::Setting(format!(
-                        "stride.user_priority must be a number, got \"{value}\""
-                    ))
+                    SqlError::setting(
+                        SettingKind::InvalidValue,
+                        format!("stride.user_priority must be a number, got \"{value}\""),
+                    )
                 })?;
                 if !(p.is_finite() && p > 0.0 && p <= 1e6) {
-                    return Err(SqlError::Setting(format!(
-                        "stride.user_priority must be in (0, 1e6], got {value}"
-                    )));
+                    return Err(SqlError::setting(
+                        SettingKind::InvalidValue,
+                        format!("stride.user_priority must be in (0, 1e6], got {value}"),
+                    ));
                 }
                 self.user_priority = p;
                 Ok(())
@@ -120,19 +123,22 @@ impl SessionSettings {
                 };
                 Ok(())
             }
-            "stride.workers" => Err(SqlError::Setting(
-                "stride.workers is read-only (start the server with --workers)".into(),
+            "stride.workers" => Err(SqlError::setting(
+                SettingKind::ReadOnly,
+                "stride.workers is read-only (start the server with --workers)",
             )),
             _ => {
                 let Some((_, _, settable)) = PG_SETTINGS.iter().find(|(k, _, _)| *k == name) else {
-                    return Err(SqlError::Setting(format!(
-                        "unrecognized configuration parameter \"{name}\""
-                    )));
+                    return Err(SqlError::setting(
+                        SettingKind::Unrecognized,
+                        format!("unrecognized configuration parameter \"{name}\""),
+                    ));
                 };
                 if !settable {
-                    return Err(SqlError::Setting(format!(
-                        "parameter \"{name}\" cannot be changed"
-                    )));
+                    return Err(SqlError::setting(
+                        SettingKind::ReadOnly,
+                        format!("parameter \"{name}\" cannot be changed"),
+                    ));
                 }
                 let accepted = match name {
                     "client_encoding" => {
@@ -157,10 +163,13 @@ impl SessionSettings {
                         self.pg.insert(name.to_string(), v);
                         Ok(())
                     }
-                    None => Err(SqlError::Setting(format!(
-                        "invalid value for parameter \"{name}\": \"{value}\" (Stride supports only {})",
-                        self.pg.get(name).map(String::as_str).unwrap_or("the default")
-                    ))),
+                    None => Err(SqlError::setting(
+                        SettingKind::InvalidValue,
+                        format!(
+                            "invalid value for parameter \"{name}\": \"{value}\" (Stride supports only {})",
+                            self.pg.get(name).map(String::as_str).unwrap_or("the default")
+                        ),
+                    )),
                 }
             }
         }
@@ -230,9 +239,12 @@ pub fn is_session_scoped(settings: &SessionSettings, name: &str) -> bool {
 pub fn memory_size(name: &str, value: &str) -> Result<usize> {
     match stride_exec::memory::parse_size(value) {
         Some(bytes) if bytes > 0 => Ok(bytes),
-        _ => Err(SqlError::Setting(format!(
-            "invalid value for parameter \"{name}\": \"{value}\" (a size such as 512MB or 4GB)"
-        ))),
+        _ => Err(SqlError::setting(
+            SettingKind::InvalidValue,
+            format!(
+                "invalid value for parameter \"{name}\": \"{value}\" (a size such as 512MB or 4GB)"
+            ),
+        )),
     }
 }
 
@@ -244,9 +256,12 @@ pub fn temp_file_limit(value: &str) -> Result<Option<u64>> {
     }
     match stride_exec::memory::parse_size(value) {
         Some(bytes) => Ok(Some(bytes as u64)),
-        None => Err(SqlError::Setting(format!(
-            "invalid value for parameter \"temp_file_limit\": \"{value}\" (a size such as 10GB, or -1)"
-        ))),
+        None => Err(SqlError::setting(
+            SettingKind::InvalidValue,
+            format!(
+                "invalid value for parameter \"temp_file_limit\": \"{value}\" (a size such as 10GB, or -1)"
+            ),
+        )),
     }
 }
 
@@ -269,9 +284,10 @@ pub fn show_size(bytes: usize) -> String {
 /// Parses a policy name for `SET stride.policy`.
 pub fn parse_policy(value: &str) -> Result<Policy> {
     Policy::parse(value).ok_or_else(|| {
-        SqlError::Setting(format!(
-            "unknown policy \"{value}\" (try fifo, fair or stride)"
-        ))
+        SqlError::setting(
+            SettingKind::InvalidValue,
+            format!("unknown policy \"{value}\" (try fifo, fair or stride)"),
+        )
     })
 }
 

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use crate::error::{Result, StorageError};
+use crate::error::{ObjectKind, Result, StorageError};
 use crate::table::Table;
 
 /// Schema every catalog starts with.
@@ -52,7 +52,7 @@ impl Catalog {
                 return Ok(());
             }
             return Err(StorageError::AlreadyExists {
-                kind: "schema",
+                kind: ObjectKind::Schema,
                 name: name.to_string(),
             });
         }
@@ -65,9 +65,9 @@ impl Catalog {
         match schemas.get(name) {
             None if if_exists => Ok(()),
             None => Err(StorageError::SchemaNotFound(name.to_string())),
-            Some(tables) if !tables.is_empty() && !cascade => Err(StorageError::InvalidArgument(
-                format!("schema \"{name}\" is not empty (use CASCADE)"),
-            )),
+            Some(tables) if !tables.is_empty() && !cascade => {
+                Err(StorageError::SchemaNotEmpty(name.to_string()))
+            }
             Some(_) => {
                 schemas.remove(name);
                 Ok(())
@@ -109,7 +109,7 @@ impl Catalog {
             .ok_or_else(|| StorageError::SchemaNotFound(schema.to_string()))?;
         if !replace && tables.contains_key(table.name()) {
             return Err(StorageError::AlreadyExists {
-                kind: "table",
+                kind: ObjectKind::Table,
                 name: format!("{schema}.{}", table.name()),
             });
         }

@@ -8,7 +8,10 @@ pub enum StorageError {
     #[error("table \"{0}\" does not exist")]
     TableNotFound(String),
     #[error("{kind} \"{name}\" already exists")]
-    AlreadyExists { kind: &'static str, name: String },
+    AlreadyExists { kind: ObjectKind, name: String },
+    /// `DROP SCHEMA` without `CASCADE` of a schema that still holds tables.
+    #[error("cannot drop schema \"{0}\" because other objects depend on it (use CASCADE)")]
+    SchemaNotEmpty(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("I/O error on {path}: {source}")]
@@ -22,6 +25,23 @@ pub enum StorageError {
     Parquet(#[from] parquet::errors::ParquetError),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// The kind of catalog object an error is about, so that callers tell a
+/// duplicate schema from a duplicate table without reading the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    Schema,
+    Table,
+}
+
+impl std::fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ObjectKind::Schema => "schema",
+            ObjectKind::Table => "table",
+        })
+    }
 }
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;

@@ -16,7 +16,7 @@ pub mod table;
 pub mod tpch;
 
 pub use catalog::Catalog;
-pub use error::StorageError;
+pub use error::{ObjectKind, StorageError};
 pub use table::Table;
 
 /// Rows per block when data is generated or loaded.

@@ -187,6 +187,15 @@ fn file_access_is_confined() {
     // Only regular files, even where any file may be read.
     engine.set_file_access(FileAccess::Any);
     let err = session.execute(&create("/dev/zero")).unwrap_err();
-    assert!(matches!(err, SqlError::Plan(_)), "{err}");
+    assert!(
+        matches!(
+            err,
+            SqlError::Plan {
+                kind: stride_sql::PlanKind::WrongObjectType,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -177,6 +177,17 @@ fn psql_reports_errors_and_the_session_goes_on() {
     assert!(stdout.contains("GERMANY"), "{stdout}");
 }
 
+/// `sql` fails with SQLSTATE `code` through the simple and the extended
+/// protocol, and the connection goes on.
+async fn fails_with_code(client: &Client, sql: &str, code: &str) {
+    let err = client.simple_query(sql).await.expect_err(sql);
+    let db = err.as_db_error().unwrap_or_else(|| panic!("{sql}: {err}"));
+    assert_eq!(db.code().code(), code, "{sql}: {}", db.message());
+    let err = client.query(sql, &[]).await.expect_err(sql);
+    assert_eq!(err.code().map(|c| c.code()), Some(code), "{sql}: {err}");
+    still_usable(client).await;
+}
+
 #[test]
 fn errors_carry_sqlstates_and_leave_the_connection_usable() {
     runtime().block_on(async {
@@ -190,14 +201,43 @@ fn errors_carry_sqlstates_and_leave_the_connection_usable() {
             ("set stride.user_priority = -1", "22023"),
         ];
         for (sql, code) in cases {
-            let err = client.simple_query(sql).await.expect_err(sql);
-            let db = err.as_db_error().unwrap_or_else(|| panic!("{sql}: {err}"));
-            assert_eq!(db.code().code(), code, "{sql}: {}", db.message());
-            // Same through the extended protocol.
-            let err = client.query(sql, &[]).await.expect_err(sql);
-            assert_eq!(err.code().map(|c| c.code()), Some(code), "{sql}");
-            still_usable(&client).await;
+            fails_with_code(&client, sql, code).await;
         }
+    });
+}
+
+/// Each kind of "no such thing", "already there" and refused setting has
+/// its own SQLSTATE, as PostgreSQL answers it, through both protocols.
+#[test]
+fn each_error_kind_answers_its_own_sqlstate() {
+    runtime().block_on(async {
+        let client = connect("kinds").await;
+        let cases = [
+            ("drop schema nosuch", "3F000"),
+            ("select * from nosuch.nation", "3F000"),
+            ("select nosuchcol from nation", "42703"),
+            ("select nosuchfn(1)", "42883"),
+            ("select n_name, nosuchfn(n_nationkey) from nation", "42883"),
+            ("select * from nosuch", "42P01"),
+            ("create table nation (x int)", "42P07"),
+            ("create schema sf0_1", "42P06"),
+            ("drop schema sf0_1", "2BP01"),
+            ("select n_name from nation a, nation b", "42702"),
+            ("set nosuch_param = 1", "42704"),
+            ("set statement_timeout = 'abc'", "22023"),
+            ("set stride.workers = 3", "55P02"),
+            ("drop role nosuch", "42704"),
+        ];
+        for (sql, code) in cases {
+            fails_with_code(&client, sql, code).await;
+        }
+        // The refused statements changed nothing.
+        let n: i64 = client
+            .query_one("select count(*) from nation", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 25);
     });
 }
 

@@ -1,0 +1,148 @@
+//! Statements that change the catalog: `CREATE` / `DROP SCHEMA`,
+//! `CREATE` / `DROP TABLE` (`AS SELECT` included), `CREATE EXTERNAL TABLE`,
+//! and `INSERT`.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion_common::SchemaReference;
+use datafusion_expr::logical_plan::{DdlStatement, DmlStatement, WriteOp};
+use datafusion_expr::LogicalPlan;
+use stride_storage::catalog::DEFAULT_SCHEMA;
+use stride_storage::Table;
+
+use super::{command, Session, StatementOutput};
+use crate::error::{PlanKind, Result, SqlError};
+
+impl Session {
+    pub(super) fn ddl(&mut self, ddl: DdlStatement) -> Result<StatementOutput> {
+        let catalog = self.engine.catalog.clone();
+        match ddl {
+            DdlStatement::CreateCatalogSchema(c) => {
+                let name = c.schema_name.rsplit('.').next().unwrap_or(&c.schema_name);
+                catalog.create_schema(name, c.if_not_exists)?;
+                Ok(command("CREATE SCHEMA"))
+            }
+            DdlStatement::DropCatalogSchema(d) => {
+                let name = match &d.name {
+                    SchemaReference::Bare { schema } => schema.to_string(),
+                    SchemaReference::Full { schema, .. } => schema.to_string(),
+                };
+                let existed = catalog.schema_exists(&name);
+                catalog.drop_schema(&name, d.if_exists, d.cascade)?;
+                if existed {
+                    self.engine.roles.schema_dropped(&name);
+                }
+                if self.default_schema == name {
+                    self.default_schema = DEFAULT_SCHEMA.to_string();
+                }
+                Ok(command("DROP SCHEMA"))
+            }
+            DdlStatement::DropTable(d) => {
+                let (schema, table) = self.table_name(&d.name);
+                let existed = catalog.table(&schema, &table).is_ok();
+                catalog.drop_table(&schema, &table, d.if_exists)?;
+                if existed {
+                    self.engine.roles.table_dropped(&schema, &table);
+                }
+                Ok(command("DROP TABLE"))
+            }
+            DdlStatement::CreateMemoryTable(c) => {
+                let (schema, table) = self.table_name(&c.name);
+                if catalog.table(&schema, &table).is_ok() {
+                    if c.if_not_exists {
+                        return Ok(command("CREATE TABLE"));
+                    }
+                    if !c.or_replace {
+                        return Err(stride_storage::StorageError::AlreadyExists {
+                            kind: stride_storage::ObjectKind::Table,
+                            name: format!("{schema}.{table}"),
+                        }
+                        .into());
+                    }
+                }
+                let arrow_schema: SchemaRef = Arc::new(c.input.schema().as_arrow().clone());
+                let is_plain_create =
+                    matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row);
+                let (batches, tag) = if is_plain_create {
+                    (Vec::new(), "CREATE TABLE".to_string())
+                } else {
+                    let plan = self.optimize(c.input.as_ref().clone())?;
+                    let out = self.run_query(&plan)?;
+                    let n = out.num_rows();
+                    (out.batches, format!("SELECT {n}"))
+                };
+                let existed = catalog.table(&schema, &table).is_ok();
+                let t = Table::new(table.clone(), arrow_schema, batches)?;
+                catalog.put_table(&schema, t, c.or_replace)?;
+                if !existed {
+                    self.engine.roles.table_created(&schema, &table, self.role);
+                }
+                Ok(command(&tag))
+            }
+            DdlStatement::CreateExternalTable(c) => {
+                let (schema, table) = self.table_name(&c.name);
+                let location = c.locations.first().cloned().ok_or_else(|| {
+                    SqlError::plan(PlanKind::Other, "CREATE EXTERNAL TABLE needs a LOCATION")
+                })?;
+                let path = self.engine.file_access().resolve(&location)?;
+                let path = path.as_path();
+                let (file_schema, batches) = match c.file_type.to_uppercase().as_str() {
+                    "PARQUET" => stride_storage::files::read_parquet(path)?,
+                    "CSV" => {
+                        let has_header = c
+                            .options
+                            .get("format.has_header")
+                            .map(|v| v == "true")
+                            .unwrap_or(true);
+                        let delimiter = c
+                            .options
+                            .get("format.delimiter")
+                            .and_then(|d| d.bytes().next())
+                            .unwrap_or(b',');
+                        let declared = c.schema.as_arrow();
+                        let opts = stride_storage::files::CsvOptions {
+                            has_header,
+                            delimiter,
+                            schema: (!declared.fields().is_empty())
+                                .then(|| Arc::new(declared.clone())),
+                        };
+                        stride_storage::files::read_csv(path, &opts)?
+                    }
+                    other => {
+                        return Err(SqlError::Unsupported(format!(
+                            "external tables stored as {other} (PARQUET and CSV are supported)"
+                        )))
+                    }
+                };
+                let existed = catalog.table(&schema, &table).is_ok();
+                if existed && c.if_not_exists {
+                    return Ok(command("CREATE TABLE"));
+                }
+                let t = Table::new(table.clone(), file_schema, batches)?;
+                catalog.put_table(&schema, t, c.or_replace)?;
+                if !existed {
+                    self.engine.roles.table_created(&schema, &table, self.role);
+                }
+                Ok(command("CREATE TABLE"))
+            }
+            other => Err(SqlError::Unsupported(other.name().to_string())),
+        }
+    }
+
+    pub(super) fn dml(&mut self, dml: DmlStatement) -> Result<StatementOutput> {
+        match dml.op {
+            WriteOp::Insert(_) => {
+                let (schema, table) = self.table_name(&dml.table_name);
+                let plan = self.optimize(dml.input.as_ref().clone())?;
+                let out = self.run_query(&plan)?;
+                let n = out.num_rows();
+                self.engine
+                    .catalog
+                    .update_table(&schema, &table, |t| t.append(out.batches))?;
+                Ok(command(&format!("INSERT 0 {n}")))
+            }
+            other => Err(SqlError::Unsupported(format!("{other}"))),
+        }
+    }
+}

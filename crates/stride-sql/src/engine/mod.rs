@@ -1,0 +1,975 @@
+//! The engine (catalog + scheduler + function registry) and its sessions.
+//!
+//! A [`Session`] runs SQL text statement by statement:
+//!
+//! ```text
+//!  text ─DFParser─► statements ─SqlToRel─► LogicalPlan ─┬─ DDL / DML / SET ─► catalog
+//!                                                      └─ query ─► Analyzer ─► Optimizer
+//!      ─► scalar subqueries run first, replaced by literals ─► lower ─► execute
+//! ```
+//!
+//! Every query (and every scalar subquery) is its own resource group on the
+//! engine's scheduler; the session's thread waits for it, the workers never do.
+//!
+//! This module holds the engine, the session's core (parse, bind, optimize,
+//! privilege checks, dispatch by statement kind, the query log); the
+//! statement kinds live apart:
+//!
+//! * `prepared` — `Prepare`/`Bind`/`Execute`: statements bound once, run
+//!   with parameter values, rebound to current table snapshots;
+//! * `query` — running queries and their scalar subqueries, summing their
+//!   scheduler accounting; `EXPLAIN` and planning without running;
+//! * `ddl` — `CREATE`/`DROP SCHEMA`, `CREATE`/`DROP TABLE`,
+//!   `CREATE EXTERNAL TABLE`, `INSERT`;
+//! * `set` — `SET`, `SHOW`, `BEGIN`/`COMMIT`/`ROLLBACK`.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion_common::config::ConfigOptions;
+use datafusion_common::DataFusionError;
+use datafusion_expr::logical_plan::{DdlStatement, Statement, WriteOp};
+use datafusion_expr::LogicalPlan;
+use datafusion_optimizer::OptimizerContext;
+use datafusion_sql::parser::Statement as DFStatement;
+use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use datafusion_sql::sqlparser::ast::Statement as SqlStatement;
+use stride_exec::QueryStats;
+use stride_sched::{Scheduler, SchedulerConfig};
+use stride_storage::catalog::DEFAULT_SCHEMA;
+use stride_storage::{Catalog, Table};
+
+use crate::activity::{QueryLog, QueryOrigin};
+use crate::context::{FunctionRegistry, PlannerContext, SourceOrigin, StrideTableSource};
+use crate::error::{PlanKind, Result, SettingKind, SqlError, UndefinedKind};
+use crate::interrupt::Interrupt;
+use crate::settings::SessionSettings;
+
+mod ddl;
+mod prepared;
+mod query;
+mod set;
+
+pub use prepared::Prepared;
+
+/// Engine settings.
+#[derive(Debug, Clone, Default)]
+pub struct EngineConfig {
+    pub scheduler: SchedulerConfig,
+    pub memory: MemoryConfig,
+    pub spill: SpillConfig,
+}
+
+/// Where queries spill what their memory share cannot hold (see
+/// `stride_exec::spill`).
+#[derive(Debug, Clone, Default)]
+pub struct SpillConfig {
+    /// The directory in which the engine makes its spill area
+    /// (`stride-<pid>`); the system's temporary directory when `None`.
+    pub temp_dir: Option<std::path::PathBuf>,
+    /// `temp_file_limit`: bytes one query may hold in spill files; `None`:
+    /// no limit.
+    pub file_limit: Option<u64>,
+    /// For tests: spillable operators spill every batch
+    /// (`stride_exec::SpillArea::set_force`).
+    pub force: bool,
+}
+
+/// Memory governance (see `stride_exec::memory`).
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryConfig {
+    /// Bytes all queries together may hold (`stride.memory_limit`).
+    pub limit: usize,
+    /// Bytes one query may hold unless its session sets
+    /// `stride.query_memory_limit`; never more than `limit`.
+    pub query_limit: usize,
+}
+
+impl Default for MemoryConfig {
+    /// [`stride_exec::memory::default_limit`] (80% of the machine's or the
+    /// cgroup's memory), and half of it for one query, so that one runaway
+    /// query leaves room for the others.
+    fn default() -> Self {
+        let limit = stride_exec::memory::default_limit();
+        MemoryConfig {
+            limit,
+            query_limit: limit / 2,
+        }
+    }
+}
+
+/// Which server-side files statements may read (`CREATE EXTERNAL TABLE`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FileAccess {
+    /// None: file statements fail with SQLSTATE 42501 (a new engine's
+    /// setting, and the server's unless it is given an import directory).
+    #[default]
+    Denied,
+    /// Regular files under this directory only: relative locations resolve
+    /// in it; `..`, absolute paths elsewhere and symbolic links that lead
+    /// out are refused before the file system is asked anything.
+    Under(std::path::PathBuf),
+    /// Any regular file the process can read (the local command line, whose
+    /// user owns the process anyway).
+    Any,
+}
+
+impl FileAccess {
+    /// The file a statement may read at `location`, or why not.
+    pub fn resolve(&self, location: &str) -> Result<std::path::PathBuf> {
+        use std::path::{Component, Path};
+        let denied = |why: &str| {
+            SqlError::InsufficientPrivilege(format!(
+                "permission denied to read \"{location}\": {why}"
+            ))
+        };
+        let path = Path::new(location);
+        let resolved = match self {
+            FileAccess::Denied => {
+                return Err(denied(
+                    "server-side files can be read only under an import directory \
+                     (stride serve --import-dir DIR)",
+                ))
+            }
+            FileAccess::Any => path.to_path_buf(),
+            FileAccess::Under(dir) => {
+                if path.components().any(|c| matches!(c, Component::ParentDir)) {
+                    return Err(denied("the location may not contain \"..\""));
+                }
+                let relative = if path.is_absolute() {
+                    path.strip_prefix(dir)
+                        .map_err(|_| denied("the file is outside the import directory"))?
+                } else {
+                    path
+                };
+                let root = dir.canonicalize().map_err(|e| {
+                    SqlError::Internal(format!("import directory {}: {e}", dir.display()))
+                })?;
+                let full = root.join(relative).canonicalize().map_err(|_| {
+                    SqlError::undefined(
+                        UndefinedKind::File,
+                        format!("could not open file \"{location}\" in the import directory"),
+                    )
+                })?;
+                if !full.starts_with(&root) {
+                    return Err(denied("the file is outside the import directory"));
+                }
+                full
+            }
+        };
+        match std::fs::metadata(&resolved) {
+            Ok(m) if !m.is_file() => Err(SqlError::plan(
+                PlanKind::WrongObjectType,
+                format!("\"{location}\" is not a regular file"),
+            )),
+            // The reader reports a missing file with its path.
+            _ => Ok(resolved),
+        }
+    }
+}
+
+/// Catalog, scheduler and function registry shared by all sessions.
+pub struct Engine {
+    catalog: Arc<Catalog>,
+    scheduler: Scheduler,
+    functions: FunctionRegistry,
+    options: ConfigOptions,
+    log: QueryLog,
+    /// Recorded per-pipeline costs: SRPT's remaining-work estimates.
+    history: crate::history::WorkHistory,
+    /// Source of session ids; Relaxed: ids only need to be unique.
+    next_session: AtomicU64,
+    /// The schema new sessions resolve unqualified names in.
+    default_schema: Mutex<String>,
+    /// Which server-side files statements may read.
+    file_access: Mutex<FileAccess>,
+    /// Roles, table owners and grants.
+    roles: crate::roles::Roles,
+    /// The memory all queries are charged to.
+    memory: Arc<stride_exec::MemoryPool>,
+    /// The default share of one query (bytes; Relaxed: a plain setting).
+    query_memory_limit: std::sync::atomic::AtomicUsize,
+    /// Where queries spill; replaced by `SET stride.temp_directory` (a
+    /// running query keeps the area it started with).
+    spill: Mutex<Arc<stride_exec::SpillArea>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("workers", &self.scheduler.config().workers)
+            .finish()
+    }
+}
+
+/// A query's result.
+#[derive(Debug)]
+pub struct QueryOutput {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+    pub stats: QueryStats,
+    /// Planning time: parse and bind (when the statement came as SQL text
+    /// to [`Session::execute`]; a prepared statement was bound earlier),
+    /// optimize, run uncorrelated subqueries, lower.
+    pub planning: Duration,
+    /// Wall time from submission to result.
+    pub execution: Duration,
+}
+
+impl QueryOutput {
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+/// What one statement produced.
+#[derive(Debug)]
+// One value per statement, moved a few times: boxing the query's output would
+// cost an allocation per query to save a few hundred bytes of moves.
+#[allow(clippy::large_enum_variant)]
+pub enum StatementOutput {
+    Query(QueryOutput),
+    /// A command; `tag` is the PostgreSQL-style command tag (`CREATE TABLE`, `INSERT 0 3`).
+    Command {
+        tag: String,
+    },
+    /// EXPLAIN text.
+    Explain(String),
+    /// `DEALLOCATE` / `DISCARD ALL`: the caller, which keeps the prepared
+    /// statements, drops the one named (`None`: all of them).
+    Deallocate {
+        name: Option<String>,
+        tag: String,
+    },
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Arc<Engine> {
+        let mut options = ConfigOptions::new();
+        options.sql_parser.parse_float_as_decimal = true;
+        Arc::new(Engine {
+            catalog: Arc::new(Catalog::new()),
+            scheduler: Scheduler::new(config.scheduler),
+            functions: FunctionRegistry::default(),
+            options,
+            log: QueryLog::default(),
+            history: Default::default(),
+            next_session: AtomicU64::new(1),
+            default_schema: Mutex::new(DEFAULT_SCHEMA.to_string()),
+            file_access: Mutex::new(FileAccess::Denied),
+            roles: crate::roles::Roles::new(),
+            memory: stride_exec::MemoryPool::new(config.memory.limit),
+            query_memory_limit: std::sync::atomic::AtomicUsize::new(config.memory.query_limit),
+            spill: Mutex::new({
+                let area = stride_exec::SpillArea::new(config.spill.temp_dir.as_deref());
+                area.set_file_limit(config.spill.file_limit);
+                area.set_force(config.spill.force);
+                area
+            }),
+        })
+    }
+
+    /// The spill area new queries spill to.
+    pub fn spill_area(&self) -> Arc<stride_exec::SpillArea> {
+        self.spill.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `stride.temp_directory`: the directory the spill area is made in.
+    pub fn temp_directory(&self) -> String {
+        let spill = self.spill_area();
+        let dir = spill.dir();
+        dir.parent().unwrap_or(dir).display().to_string()
+    }
+
+    /// Moves the spill area of queries started from now on into `parent`
+    /// (`stride.temp_directory`), which must be an existing directory.
+    pub fn set_temp_directory(&self, parent: &std::path::Path) -> Result<()> {
+        if !parent.is_absolute() || !parent.is_dir() {
+            return Err(SqlError::setting(
+                SettingKind::InvalidValue,
+                format!(
+                    "invalid value for parameter \"stride.temp_directory\": \"{}\" (an existing directory, as an absolute path)",
+                    parent.display()
+                ),
+            ));
+        }
+        let mut spill = self.spill.lock().unwrap_or_else(|e| e.into_inner());
+        let area = stride_exec::SpillArea::new(Some(parent));
+        area.set_file_limit(spill.file_limit());
+        area.set_force(spill.forced());
+        *spill = area;
+        Ok(())
+    }
+
+    /// The memory pool every query is charged to.
+    pub fn memory(&self) -> &Arc<stride_exec::MemoryPool> {
+        &self.memory
+    }
+
+    /// Sets the server-wide memory limit (`stride.memory_limit`).
+    pub fn set_memory_limit(&self, bytes: usize) {
+        self.memory.set_limit(bytes);
+    }
+
+    /// The share of one query whose session did not set its own.
+    pub fn query_memory_limit(&self) -> usize {
+        self.query_memory_limit.load(Ordering::Relaxed)
+    }
+
+    /// Sets the default share of one query.
+    pub fn set_query_memory_limit(&self, bytes: usize) {
+        self.query_memory_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Sets which server-side files statements may read.
+    pub fn set_file_access(&self, access: FileAccess) {
+        *self.file_access.lock().unwrap_or_else(|e| e.into_inner()) = access;
+    }
+
+    /// Which server-side files statements may read.
+    pub fn file_access(&self) -> FileAccess {
+        self.file_access
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Recorded per-pipeline costs (SRPT's estimates).
+    pub fn history(&self) -> &crate::history::WorkHistory {
+        &self.history
+    }
+
+    /// Active and recent queries (the `stride.queries` system view).
+    pub fn query_log(&self) -> &QueryLog {
+        &self.log
+    }
+
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// Makes `schema` the default schema of sessions opened from now on.
+    pub fn set_default_schema(&self, schema: &str) -> Result<()> {
+        if !self.catalog.schema_exists(schema) {
+            return Err(SqlError::undefined(
+                UndefinedKind::Schema,
+                format!("schema \"{schema}\" does not exist"),
+            ));
+        }
+        *self
+            .default_schema
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = schema.to_string();
+        Ok(())
+    }
+
+    /// Roles, table owners and grants.
+    pub fn roles(&self) -> &crate::roles::Roles {
+        &self.roles
+    }
+
+    /// The system view `stride.<name>`, built now; `None`: no such view.
+    pub fn system_view(
+        &self,
+        name: &str,
+        viewer: crate::activity::Viewer,
+    ) -> Result<Option<Table>> {
+        match name {
+            "roles" => self.roles.roles_table().map(Some),
+            "table_privileges" => self.roles.table_privileges_table(&self.catalog).map(Some),
+            "memory" => crate::activity::memory_table(
+                &self.memory,
+                self.query_memory_limit(),
+                &self.spill_area(),
+            )
+            .map(Some),
+            _ => crate::activity::system_table(name, &self.log, &self.scheduler, viewer),
+        }
+    }
+
+    /// A session of the bootstrap superuser (the command line, embedded
+    /// use, tests): every privilege.
+    pub fn session(self: &Arc<Self>) -> Session {
+        self.session_as(
+            crate::roles::BOOTSTRAP_ROLE_ID,
+            crate::roles::BOOTSTRAP_ROLE,
+        )
+    }
+
+    /// A session of the role named `user`; a name that is not a role gets
+    /// no privileges.
+    pub fn session_for(self: &Arc<Self>, user: &str) -> Session {
+        let role = self
+            .roles
+            .by_name(user)
+            .map_or(crate::roles::NO_ROLE, |r| r.id);
+        self.session_as(role, user)
+    }
+
+    /// A session with the privileges of role `role`, shown in
+    /// `stride.queries` as `user` (the name the client gave).
+    pub fn session_as(self: &Arc<Self>, role: crate::roles::RoleId, user: &str) -> Session {
+        let role_name = self
+            .roles
+            .get(role)
+            .map_or_else(|| user.to_string(), |r| r.name);
+        Session {
+            role,
+            role_name,
+            engine: self.clone(),
+            default_schema: self
+                .default_schema
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            id: self.next_session.fetch_add(1, Ordering::Relaxed),
+            user: user.to_string(),
+            settings: SessionSettings::default(),
+            transaction: TransactionState::default(),
+            interrupt: Arc::new(Interrupt::default()),
+            statement_stats: RefCell::new(None),
+        }
+    }
+
+    /// Adds generated tables under `schema` (created if missing), replacing
+    /// tables of the same names.
+    pub fn add_tables(&self, schema: &str, tables: Vec<Table>) -> Result<()> {
+        self.catalog.create_schema(schema, true)?;
+        for t in tables {
+            // The bootstrap superuser owns tables loaded outside SQL.
+            self.roles.table_dropped(schema, t.name());
+            self.catalog.put_table(schema, t, true)?;
+        }
+        Ok(())
+    }
+
+    /// Generates TPC-H at `scale` into schema `sf<scale>` (e.g. `sf0_1`); returns the schema name.
+    pub fn load_tpch(&self, scale: f64) -> Result<String> {
+        let schema = stride_storage::scale_factor_schema("", scale);
+        let threads = self.scheduler.config().workers;
+        self.add_tables(&schema, stride_storage::tpch::generate(scale, threads)?)?;
+        Ok(schema)
+    }
+
+    /// Generates SSB at `scale` into schema `ssb_sf<scale>`; returns the schema name.
+    pub fn load_ssb(&self, scale: f64, seed: u64) -> Result<String> {
+        let schema = stride_storage::scale_factor_schema("ssb_", scale);
+        let threads = self.scheduler.config().workers;
+        self.add_tables(
+            &schema,
+            stride_storage::ssb::generate(scale, seed, threads)?,
+        )?;
+        Ok(schema)
+    }
+}
+
+/// One client's session: default schema and settings.
+pub struct Session {
+    engine: Arc<Engine>,
+    default_schema: String,
+    /// Unique per engine; shown in `stride.queries`.
+    id: u64,
+    /// The name the client gave (shown in `stride.queries`).
+    user: String,
+    /// The role whose privileges the session has (`current_user`).
+    role: crate::roles::RoleId,
+    /// Its name when the session began (kept should the role be dropped).
+    role_name: String,
+    settings: SessionSettings,
+    transaction: TransactionState,
+    interrupt: Arc<Interrupt>,
+    /// Scheduler accounting summed over the queries of the running statement
+    /// (a statement may run scalar subqueries first).
+    statement_stats: RefCell<Option<QueryStats>>,
+}
+
+/// `BEGIN` … `COMMIT` bookkeeping. Stride runs every statement atomically on
+/// its own (each query reads one immutable snapshot, each write replaces a
+/// table snapshot), so a transaction block groups nothing; it is accepted so
+/// that drivers which open one work, and a `ROLLBACK` that would have to undo
+/// a write is refused rather than pretending.
+#[derive(Debug, Default, Clone, Copy)]
+struct TransactionState {
+    open: bool,
+    wrote: bool,
+}
+
+fn external(e: SqlError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// An error of DataFusion's analyzer. The analyzer's work is type coercion:
+/// a plan it refuses has types that do not fit together.
+fn analyzer_error(e: DataFusionError) -> SqlError {
+    match SqlError::from(e) {
+        SqlError::Plan {
+            kind: PlanKind::Other,
+            message,
+        } => SqlError::plan(PlanKind::DatatypeMismatch, message),
+        other => other,
+    }
+}
+
+impl Session {
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn default_schema(&self) -> &str {
+        &self.default_schema
+    }
+
+    /// Sets the schema unqualified table names resolve in.
+    pub fn set_default_schema(&mut self, schema: &str) -> Result<()> {
+        if !self.engine.catalog.schema_exists(schema) {
+            return Err(SqlError::undefined(
+                UndefinedKind::Schema,
+                format!("schema \"{schema}\" does not exist"),
+            ));
+        }
+        self.default_schema = schema.to_string();
+        Ok(())
+    }
+
+    /// Runs every statement of `sql`; stops at the first error.
+    pub fn execute(&mut self, sql: &str) -> Result<Vec<StatementOutput>> {
+        self.execute_statements(sql).into_iter().collect()
+    }
+
+    /// Runs the statements of `sql` one by one and returns each one's result;
+    /// after the first failing statement no further one runs (its error is
+    /// the last element).
+    pub fn execute_statements(&mut self, sql: &str) -> Vec<Result<StatementOutput>> {
+        self.begin_request();
+        crate::limits::on_statement_stack(|| self.run_statements(sql))
+    }
+
+    /// The statement timeout of this session, if one is set.
+    fn statement_timeout(&self) -> Option<Duration> {
+        self.settings
+            .get("statement_timeout")
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis)
+    }
+
+    fn begin_request(&self) {
+        self.interrupt.begin(self.statement_timeout());
+    }
+
+    fn run_statements(&mut self, sql: &str) -> Vec<Result<StatementOutput>> {
+        let parse_start = Instant::now();
+        let statements = match crate::limits::parse(sql) {
+            Ok(s) => s,
+            Err(e) => return vec![Err(e)],
+        };
+        // Parsing the request counts as planning of its first query; binding
+        // (SQL to logical plan) as planning of the statement bound.
+        let mut parsing = Some(parse_start.elapsed());
+        let mut out = Vec::with_capacity(statements.len());
+        for stmt in statements {
+            let result = reject_unsupported_syntax(&stmt).and_then(|()| {
+                // Planning runs on the session's thread; a panic in a planner
+                // library must fail this statement only.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.interrupt.check()?;
+                    let bind_start = Instant::now();
+                    let prepared = self.prepare_statement(stmt)?;
+                    let binding = bind_start.elapsed();
+                    let mut output = self.run_prepared(&prepared, Vec::new())?;
+                    if let StatementOutput::Query(q) = &mut output {
+                        q.planning += binding + parsing.take().unwrap_or_default();
+                    }
+                    Ok(output)
+                }))
+                .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))))
+            });
+            let failed = result.is_err();
+            out.push(result);
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Runs exactly one query and returns its rows.
+    pub fn query(&mut self, sql: &str) -> Result<QueryOutput> {
+        let mut outputs = self.execute(sql)?;
+        if outputs.len() != 1 {
+            return Err(SqlError::plan(
+                PlanKind::Other,
+                format!("expected one statement, got {}", outputs.len()),
+            ));
+        }
+        match outputs.pop() {
+            Some(StatementOutput::Query(q)) => Ok(q),
+            _ => Err(SqlError::plan(
+                PlanKind::Other,
+                "the statement returned no rows",
+            )),
+        }
+    }
+
+    fn to_logical(&self, stmt: DFStatement) -> Result<LogicalPlan> {
+        let engine = &self.engine;
+        let viewer = self.viewer();
+        let system = |name: &str| engine.system_view(name, viewer);
+        let session_user = self.current_user();
+        let ctx = PlannerContext {
+            catalog: &engine.catalog,
+            functions: &engine.functions,
+            default_schema: &self.default_schema,
+            options: &engine.options,
+            system: &system,
+            session_user: &session_user,
+            misses: Default::default(),
+        };
+        let options = ParserOptions::default()
+            .with_parse_float_as_decimal(true)
+            .with_enable_ident_normalization(true);
+        SqlToRel::new_with_options(&ctx, options)
+            .statement_to_plan(stmt)
+            .map_err(|e| {
+                // The planner fails with a plain message when it finds no
+                // function of a called name; which name that was, it told
+                // the context while looking.
+                let unknown = ctx.misses.unknown_function();
+                match unknown {
+                    Some(name)
+                        if matches!(
+                            e.find_root(),
+                            DataFusionError::Plan(_) | DataFusionError::Internal(_)
+                        ) =>
+                    {
+                        SqlError::undefined(
+                            UndefinedKind::Function,
+                            format!("function {name} does not exist"),
+                        )
+                    }
+                    _ => SqlError::from(e),
+                }
+            })
+    }
+
+    /// Type coercion and logical optimization.
+    pub fn optimize(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        let options = &self.engine.options;
+        let plan = crate::coerce::float_literals(plan)?;
+        let plan = crate::integers::widen_integer_sums(plan)?;
+        let analyzed = crate::interrupt::analyzer(&self.interrupt)
+            .execute_and_check(plan, options, |_, _| {})
+            .map_err(analyzer_error)?;
+        let analyzed = crate::integers::fold_constants(analyzed)?;
+        let settings = crate::context::OptimizerSettings {
+            context: OptimizerContext::new(),
+            functions: &self.engine.functions,
+        };
+        let optimized = crate::interrupt::optimizer(&self.interrupt)
+            .optimize(analyzed, &settings, |_, _| {})
+            .map_err(SqlError::from)?;
+        crate::join_order::reorder_joins(optimized)
+    }
+
+    /// Session id (unique per engine).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The role whose privileges the session has.
+    pub fn role(&self) -> crate::roles::RoleId {
+        self.role
+    }
+
+    /// The name of the session's role (`current_user`, `session_user`).
+    pub fn current_user(&self) -> String {
+        self.engine
+            .roles
+            .get(self.role)
+            .map_or_else(|| self.role_name.clone(), |r| r.name)
+    }
+
+    /// Whether the session's role is a superuser (now).
+    pub fn is_superuser(&self) -> bool {
+        self.engine.roles.is_superuser(self.role)
+    }
+
+    /// This session as a reader of the system views.
+    fn viewer(&self) -> crate::activity::Viewer {
+        crate::activity::Viewer {
+            role: self.role,
+            superuser: self.is_superuser(),
+        }
+    }
+
+    /// The session's settings.
+    pub fn settings(&self) -> &SessionSettings {
+        &self.settings
+    }
+
+    /// Whether a `BEGIN` block is open (reported to clients as the
+    /// transaction status).
+    pub fn in_transaction(&self) -> bool {
+        self.transaction.open
+    }
+
+    /// A handle that cancels this session's running statement from another
+    /// thread.
+    pub fn interrupt(&self) -> Arc<Interrupt> {
+        self.interrupt.clone()
+    }
+
+    /// Applies `SET name = value` (used for the settings a client sends when
+    /// it connects).
+    pub fn set_variable(&mut self, name: &str, value: &str) -> Result<()> {
+        self.set(&name.to_lowercase(), value).map(|_| ())
+    }
+
+    /// Checks a bound statement against the session's role before it runs
+    /// (once per execution, prepared statements included): `SELECT` on
+    /// every table it reads (its scans, subqueries' too), `INSERT` /
+    /// `UPDATE` / `DELETE` on a DML target, `CREATE` on the schema of a new
+    /// table, ownership to drop or replace a table, `SUPERUSER` for schemas,
+    /// server-side files (external tables, `COPY`) and engine-wide settings
+    /// ([`Session::set`]). Superusers pass every check.
+    fn authorize(&self, plan: &LogicalPlan) -> Result<()> {
+        use crate::roles::{SchemaPrivilege, TablePrivilege};
+        use datafusion_common::tree_node::TreeNodeRecursion;
+        let roles = &self.engine.roles;
+        if roles.is_superuser(self.role) {
+            return Ok(());
+        }
+        let superuser = |what: &str| {
+            roles.require_superuser(self.role, || {
+                format!("permission denied to {what}: only superusers may")
+            })
+        };
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
+                let (schema, table) = self.table_name(&c.name);
+                roles.check_schema(self.role, &schema, SchemaPrivilege::Create)?;
+                if c.or_replace && self.engine.catalog.table(&schema, &table).is_ok() {
+                    roles.check_owner(self.role, &schema, &table)?;
+                }
+            }
+            LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_)) => {
+                superuser("read server files (CREATE EXTERNAL TABLE)")?
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(d)) => {
+                let (schema, table) = self.table_name(&d.name);
+                if self.engine.catalog.table(&schema, &table).is_ok() {
+                    roles.check_owner(self.role, &schema, &table)?;
+                }
+            }
+            LogicalPlan::Ddl(
+                DdlStatement::CreateCatalogSchema(_) | DdlStatement::DropCatalogSchema(_),
+            ) => superuser("create or drop schemas")?,
+            LogicalPlan::Copy(_) => superuser("read or write server files (COPY)")?,
+            _ => {}
+        }
+        // The table a DML statement writes needs that statement's privilege;
+        // UPDATE and DELETE plans scan their target, which needs no SELECT
+        // (Stride runs neither yet: they fail as unsupported after this).
+        let target = match plan {
+            LogicalPlan::Dml(dml) => {
+                let (schema, table) = self.table_name(&dml.table_name);
+                let (privilege, scans_target) = match dml.op {
+                    WriteOp::Insert(_) | WriteOp::Ctas => (TablePrivilege::Insert, false),
+                    WriteOp::Update => (TablePrivilege::Update, true),
+                    _ => (TablePrivilege::Delete, true),
+                };
+                roles.check_table(self.role, &schema, &table, privilege)?;
+                scans_target.then_some((schema, table))
+            }
+            _ => None,
+        };
+        let mut denied = None;
+        plan.apply_with_subqueries(|node| {
+            if let LogicalPlan::TableScan(scan) = node {
+                if let Some(source) = scan.source.downcast_ref::<StrideTableSource>() {
+                    if let SourceOrigin::Catalog { schema, table } = &source.origin {
+                        let is_target = target
+                            .as_ref()
+                            .is_some_and(|(s, t)| s == schema && t == table);
+                        if !is_target {
+                            if let Err(e) =
+                                roles.check_table(self.role, schema, table, TablePrivilege::Select)
+                            {
+                                denied = Some(e);
+                                return Ok(TreeNodeRecursion::Stop);
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(SqlError::from)?;
+        denied.map_or(Ok(()), Err)
+    }
+
+    fn dispatch(&mut self, plan: LogicalPlan, sql: &str) -> Result<StatementOutput> {
+        let start = Instant::now();
+        match plan {
+            LogicalPlan::Ddl(ddl) => {
+                self.transaction.wrote |= self.transaction.open;
+                self.logged(sql, |s| s.ddl(ddl))
+            }
+            LogicalPlan::Dml(dml) => {
+                self.transaction.wrote |= self.transaction.open;
+                self.logged(sql, |s| s.dml(dml))
+            }
+            LogicalPlan::Statement(Statement::SetVariable(set)) => {
+                self.set(&set.variable.to_lowercase(), &set.value)
+            }
+            LogicalPlan::Statement(other) => {
+                Err(SqlError::Unsupported(format!("statement {}", other.name())))
+            }
+            LogicalPlan::Explain(explain) => {
+                let optimized = self.optimize(explain.plan.as_ref().clone())?;
+                Ok(StatementOutput::Explain(self.explain(&optimized)?))
+            }
+            LogicalPlan::Analyze(_) => Err(SqlError::Unsupported("EXPLAIN ANALYZE".into())),
+            LogicalPlan::Copy(_) => Err(SqlError::Unsupported("COPY".into())),
+            LogicalPlan::DescribeTable(_) => Err(SqlError::Unsupported("DESCRIBE".into())),
+            query => self.logged(sql, |s| {
+                let optimized = s.optimize(query)?;
+                s.interrupt.check()?;
+                let planning = start.elapsed();
+                let mut out = s.run_query(&optimized)?;
+                out.planning += planning;
+                Ok(StatementOutput::Query(out))
+            }),
+        }
+    }
+
+    /// Runs `f` as one entry of the query log, with the scheduler accounting
+    /// of every query it ran.
+    fn logged(
+        &mut self,
+        sql: &str,
+        f: impl FnOnce(&mut Self) -> Result<StatementOutput>,
+    ) -> Result<StatementOutput> {
+        let origin = QueryOrigin {
+            session_id: self.id,
+            user: &self.user,
+            role: self.role,
+            user_priority: self.settings.user_priority,
+            policy: self.engine.scheduler.policy().name().to_string(),
+        };
+        let id = self.engine.log.start(origin, sql);
+        *self.statement_stats.borrow_mut() = None;
+        let result = f(self);
+        let stats = self.statement_stats.borrow_mut().take().unwrap_or_default();
+        let outcome = match &result {
+            Ok(_) => Ok(&stats),
+            Err(e @ (SqlError::Cancelled | SqlError::Timeout)) => Err(("cancelled", e.to_string())),
+            Err(e) => Err(("failed", e.to_string())),
+        };
+        self.engine.log.finish(id, outcome);
+        result
+    }
+
+    fn table_name(&self, name: &datafusion_common::TableReference) -> (String, String) {
+        match name {
+            datafusion_common::TableReference::Bare { table } => {
+                (self.default_schema.clone(), table.to_string())
+            }
+            datafusion_common::TableReference::Partial { schema, table }
+            | datafusion_common::TableReference::Full { schema, table, .. } => {
+                (schema.to_string(), table.to_string())
+            }
+        }
+    }
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("planning panicked: {msg}")
+}
+
+/// Rejects SQL whose DataFusion plan would not mean what the SQL says.
+fn reject_unsupported_syntax(stmt: &DFStatement) -> Result<()> {
+    use datafusion_sql::sqlparser::ast::{SetExpr, SetOperator, SetQuantifier};
+    fn check(body: &SetExpr) -> Result<()> {
+        match body {
+            SetExpr::SetOperation {
+                op,
+                set_quantifier,
+                left,
+                right,
+            } => {
+                if matches!(
+                    op,
+                    SetOperator::Intersect | SetOperator::Except | SetOperator::Minus
+                ) && matches!(set_quantifier, SetQuantifier::All)
+                {
+                    return Err(SqlError::Unsupported(format!("{op} ALL")));
+                }
+                check(left)?;
+                check(right)
+            }
+            SetExpr::Query(q) => check(&q.body),
+            SetExpr::Select(select) => {
+                if let Some(datafusion_sql::sqlparser::ast::Distinct::On(_)) = &select.distinct {
+                    return Err(SqlError::Unsupported("SELECT DISTINCT ON".into()));
+                }
+                for table in &select.from {
+                    let factors = std::iter::once(&table.relation)
+                        .chain(table.joins.iter().map(|j| &j.relation));
+                    for factor in factors {
+                        if let datafusion_sql::sqlparser::ast::TableFactor::Derived {
+                            subquery,
+                            ..
+                        } = factor
+                        {
+                            check(&subquery.body)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    if let DFStatement::Statement(s) = stmt {
+        use datafusion_sql::sqlparser::ast::{visit_expressions, Expr as SqlExpr};
+        let window = visit_expressions(s.as_ref(), |e| match e {
+            SqlExpr::Function(f) if f.over.is_some() => {
+                std::ops::ControlFlow::Break(f.name.to_string())
+            }
+            _ => std::ops::ControlFlow::Continue(()),
+        });
+        if let std::ops::ControlFlow::Break(name) = window {
+            return Err(SqlError::Unsupported(format!(
+                "window functions ({name} ... OVER)"
+            )));
+        }
+    }
+    match stmt {
+        DFStatement::Statement(s) => match s.as_ref() {
+            SqlStatement::Query(q) => check(&q.body),
+            SqlStatement::Insert(i) => i.source.as_ref().map_or(Ok(()), |q| check(&q.body)),
+            _ => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+fn command(tag: &str) -> StatementOutput {
+    StatementOutput::Command {
+        tag: tag.to_string(),
+    }
+}

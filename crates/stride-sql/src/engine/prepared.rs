@@ -1,0 +1,332 @@
+//! Prepared statements: parsing and binding once ([`Session::prepare`], the
+//! extended protocol's Parse), running with parameter values
+//! ([`Session::execute_prepared`], Bind/Execute), and binding a prepared
+//! plan's scans to the tables' current snapshots before each run.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion_common::tree_node::Transformed;
+use datafusion_common::ScalarValue;
+use datafusion_expr::LogicalPlan;
+use datafusion_sql::parser::Statement as DFStatement;
+use datafusion_sql::sqlparser::ast::Statement as SqlStatement;
+use stride_storage::Table;
+
+use super::set::show_schema;
+use super::{command, external, panic_text, reject_unsupported_syntax, Session, StatementOutput};
+use crate::context::{SourceOrigin, StrideTableSource};
+use crate::error::{PlanKind, Result, SqlError, UndefinedKind};
+use crate::settings::SessionSettings;
+
+/// A statement parsed and bound once, to be executed with parameter values
+/// (the extended query protocol's prepared statements). Each execution binds
+/// the plan's table scans to the tables' current snapshots, so a prepared
+/// statement sees every committed write; a table dropped since fails with
+/// 42P01, a table whose columns changed with
+/// [`SqlError::PlanInvalidated`].
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    kind: PreparedKind,
+    /// Types of `$1..$n`; `None` where the statement does not determine one.
+    pub param_types: Vec<Option<DataType>>,
+    /// Columns of the rows the statement returns; `None` for commands.
+    pub schema: Option<SchemaRef>,
+    /// The statement's text (for the query log).
+    pub sql: String,
+}
+
+#[derive(Debug, Clone)]
+enum PreparedKind {
+    /// No statement at all (an empty query string).
+    Empty,
+    Show(String),
+    /// BEGIN (`Some(true)`), COMMIT (`Some(false)`) or ROLLBACK (`None`).
+    Transaction(Option<bool>),
+    Plan(LogicalPlan),
+    /// `DEALLOCATE name` (`Some`) or `DEALLOCATE ALL`.
+    Deallocate(Option<String>),
+    /// `DISCARD ALL`: settings back to their defaults, every prepared
+    /// statement deallocated.
+    DiscardAll,
+    /// `CREATE` / `ALTER` / `DROP ROLE`, `GRANT`, `REVOKE`.
+    Role(crate::roles::RoleStatement),
+}
+
+impl Prepared {
+    /// The query string held no statement.
+    pub fn is_empty(&self) -> bool {
+        matches!(self.kind, PreparedKind::Empty)
+    }
+}
+
+impl Session {
+    /// Parses and binds one statement without running it (the extended
+    /// protocol's Parse). `sql` holding more than one statement is an error.
+    pub fn prepare(&mut self, sql: &str) -> Result<Prepared> {
+        self.begin_request();
+        crate::limits::on_statement_stack(|| self.prepare_text(sql))
+    }
+
+    fn prepare_text(&mut self, sql: &str) -> Result<Prepared> {
+        let mut statements = crate::limits::parse(sql)?;
+        match statements.len() {
+            0 => Ok(Prepared {
+                kind: PreparedKind::Empty,
+                param_types: Vec::new(),
+                schema: None,
+                sql: String::new(),
+            }),
+            1 => {
+                let stmt = statements
+                    .pop_front()
+                    .ok_or_else(|| SqlError::Internal("no statement".into()))?;
+                reject_unsupported_syntax(&stmt)?;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.prepare_statement(stmt)
+                }))
+                .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))))
+            }
+            _ => Err(SqlError::Syntax(
+                "cannot insert multiple commands into a prepared statement".into(),
+            )),
+        }
+    }
+
+    pub(super) fn prepare_statement(&mut self, stmt: DFStatement) -> Result<Prepared> {
+        let sql = stmt.to_string();
+        if let DFStatement::Statement(s) = &stmt {
+            if let SqlStatement::ShowVariable { variable } = s.as_ref() {
+                let name = variable
+                    .iter()
+                    .map(|i| i.value.to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(".");
+                let schema = show_schema(&name);
+                return Ok(Prepared {
+                    kind: PreparedKind::Show(name),
+                    param_types: Vec::new(),
+                    schema: Some(schema),
+                    sql,
+                });
+            }
+        }
+        if let DFStatement::Statement(s) = &stmt {
+            let op = match s.as_ref() {
+                SqlStatement::StartTransaction { .. } => Some(Some(true)),
+                SqlStatement::Commit { .. } => Some(Some(false)),
+                SqlStatement::Rollback {
+                    savepoint: None, ..
+                } => Some(None),
+                _ => None,
+            };
+            if let Some(op) = op {
+                return Ok(Prepared {
+                    kind: PreparedKind::Transaction(op),
+                    param_types: Vec::new(),
+                    schema: None,
+                    sql,
+                });
+            }
+            let deallocate = match s.as_ref() {
+                SqlStatement::Deallocate { name, .. } => Some(PreparedKind::Deallocate(
+                    (name.quote_style.is_some() || !name.value.eq_ignore_ascii_case("all"))
+                        .then(|| name.value.clone()),
+                )),
+                SqlStatement::Discard { object_type } => match object_type {
+                    datafusion_sql::sqlparser::ast::DiscardObject::ALL => {
+                        Some(PreparedKind::DiscardAll)
+                    }
+                    other => {
+                        return Err(SqlError::Unsupported(format!("DISCARD {other}")));
+                    }
+                },
+                _ => None,
+            };
+            if let Some(kind) = deallocate {
+                return Ok(Prepared {
+                    kind,
+                    param_types: Vec::new(),
+                    schema: None,
+                    sql,
+                });
+            }
+            if let Some(role_statement) =
+                crate::roles::RoleStatement::from_sql(s, &self.default_schema)
+            {
+                let role_statement = role_statement?;
+                // The text may hold a password: only the command is kept.
+                let sql = role_statement.tag().to_string();
+                return Ok(Prepared {
+                    kind: PreparedKind::Role(role_statement),
+                    param_types: Vec::new(),
+                    schema: None,
+                    sql,
+                });
+            }
+        }
+        let plan = crate::limits::rebalance_boolean_chains(self.to_logical(stmt)?)?;
+        crate::limits::check_depth(&plan)?;
+        // Before the result columns are described: `sum(int8)` is numeric.
+        let plan = crate::integers::widen_integer_sums(plan)?;
+        self.interrupt.check()?;
+        let mut types = plan.get_parameter_types()?;
+        let count = types
+            .keys()
+            .filter_map(|k| k.strip_prefix('$')?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        if types.len() > count {
+            return Err(SqlError::Unsupported(
+                "named parameters (only $1, $2, ... are supported)".into(),
+            ));
+        }
+        let param_types = (1..=count)
+            .map(|i| types.remove(&format!("${i}")).flatten())
+            .collect();
+        let schema = match &plan {
+            LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) => None,
+            LogicalPlan::Explain(_) => Some(Arc::new(Schema::new(vec![Field::new(
+                "QUERY PLAN",
+                DataType::Utf8,
+                false,
+            )]))),
+            query => Some(Arc::new(query.schema().as_arrow().clone())),
+        };
+        Ok(Prepared {
+            kind: PreparedKind::Plan(plan),
+            param_types,
+            schema,
+            sql,
+        })
+    }
+
+    /// Runs a prepared statement with values for its parameters.
+    pub fn execute_prepared(
+        &mut self,
+        prepared: &Prepared,
+        params: Vec<ScalarValue>,
+    ) -> Result<StatementOutput> {
+        self.begin_request();
+        crate::limits::on_statement_stack(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.run_prepared(prepared, params)
+            }))
+            .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))))
+        })
+    }
+
+    pub(super) fn run_prepared(
+        &mut self,
+        prepared: &Prepared,
+        params: Vec<ScalarValue>,
+    ) -> Result<StatementOutput> {
+        self.interrupt.check()?;
+        if params.len() != prepared.param_types.len() {
+            return Err(SqlError::plan(
+                PlanKind::Other,
+                format!(
+                    "the statement has {} parameters, {} values were given",
+                    prepared.param_types.len(),
+                    params.len()
+                ),
+            ));
+        }
+        match &prepared.kind {
+            PreparedKind::Empty => Ok(command("")),
+            PreparedKind::Show(name) => self.show(name),
+            PreparedKind::Transaction(op) => self.transaction(*op),
+            PreparedKind::Deallocate(name) => Ok(StatementOutput::Deallocate {
+                name: name.clone(),
+                tag: "DEALLOCATE".into(),
+            }),
+            PreparedKind::DiscardAll => {
+                if self.transaction.open {
+                    return Err(SqlError::plan(
+                        PlanKind::InTransactionBlock,
+                        "DISCARD ALL cannot run inside a transaction block",
+                    ));
+                }
+                self.settings = SessionSettings::default();
+                Ok(StatementOutput::Deallocate {
+                    name: None,
+                    tag: "DISCARD ALL".into(),
+                })
+            }
+            PreparedKind::Role(statement) => {
+                self.transaction.wrote |= self.transaction.open;
+                // Logged by its command tag alone: the text may hold a password.
+                self.logged(&prepared.sql, |s| {
+                    let tag = s
+                        .engine
+                        .roles
+                        .execute(s.role, statement, &s.engine.catalog)?;
+                    Ok(command(tag))
+                })
+            }
+            PreparedKind::Plan(plan) => {
+                let plan = self.rebind(plan.clone())?;
+                let plan = if params.is_empty() {
+                    plan
+                } else {
+                    plan.with_param_values(params)?
+                };
+                self.authorize(&plan)?;
+                self.dispatch(plan, &prepared.sql)
+            }
+        }
+    }
+
+    /// Binds a prepared plan's table scans (subqueries' included) to the
+    /// current snapshots of the tables they name, and system views to fresh
+    /// ones.
+    fn rebind(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        let engine = &self.engine;
+        let viewer = self.viewer();
+        let current = |origin: &SourceOrigin| -> Result<Arc<Table>> {
+            match origin {
+                SourceOrigin::Catalog { schema, table } => {
+                    engine.catalog.table(schema, table).map_err(|_| {
+                        SqlError::undefined(
+                            UndefinedKind::Table,
+                            format!("relation \"{schema}.{table}\" does not exist"),
+                        )
+                    })
+                }
+                SourceOrigin::System { view } => engine
+                    .system_view(view, viewer)?
+                    .map(Arc::new)
+                    .ok_or_else(|| {
+                        SqlError::undefined(
+                            UndefinedKind::Table,
+                            format!("relation \"stride.{view}\" does not exist"),
+                        )
+                    }),
+            }
+        };
+        plan.transform_up_with_subqueries(|node| {
+            let LogicalPlan::TableScan(mut scan) = node else {
+                return Ok(Transformed::no(node));
+            };
+            let Some(source) = scan.source.downcast_ref::<StrideTableSource>() else {
+                return Ok(Transformed::no(LogicalPlan::TableScan(scan)));
+            };
+            let now = current(&source.origin).map_err(external)?;
+            if Arc::ptr_eq(&now, &source.table) {
+                return Ok(Transformed::no(LogicalPlan::TableScan(scan)));
+            }
+            if now.schema() != source.table.schema() {
+                return Err(external(SqlError::PlanInvalidated(format!(
+                    "cached plan must not change result type: the columns of \"{}\" changed \
+                     since the statement was prepared",
+                    scan.table_name
+                ))));
+            }
+            let origin = source.origin.clone();
+            scan.source = Arc::new(StrideTableSource { table: now, origin });
+            Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+        })
+        .map(|t| t.data)
+        .map_err(SqlError::from)
+    }
+}

@@ -1,0 +1,235 @@
+//! Running queries: uncorrelated scalar subqueries first (each its own
+//! query on the scheduler, replaced by its value), then the lowered plan;
+//! the scheduler accounting of a statement's queries summed; planning
+//! without running (`EXPLAIN`, [`Session::plan_query`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::datatypes::SchemaRef;
+use datafusion_common::tree_node::{Transformed, TreeNode};
+use datafusion_common::ScalarValue;
+use datafusion_expr::{Expr, LogicalPlan};
+
+use super::{external, QueryOutput, Session};
+use crate::error::{PlanKind, Result, SqlError};
+use crate::lower::Lowerer;
+
+impl Session {
+    /// The share of memory one query of this session may hold: its own
+    /// setting or the engine's default. The server's limit applies besides,
+    /// to all queries together.
+    pub fn query_memory_limit(&self) -> usize {
+        self.settings
+            .query_memory_limit
+            .unwrap_or_else(|| self.engine.query_memory_limit())
+    }
+
+    /// Runs an optimized query plan: scalar subqueries first, then the plan.
+    pub fn run_query(&self, plan: &LogicalPlan) -> Result<QueryOutput> {
+        let start = Instant::now();
+        let plan = self.substitute_subqueries(plan.clone())?;
+        self.interrupt.check()?;
+        let physical = Lowerer::default().lower(&plan)?;
+        let planning = start.elapsed();
+        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let exec_start = Instant::now();
+        let history_key = self.engine.history.key(&physical, &plan);
+        let facts = stride_sched::GroupFacts {
+            user_priority: self.settings.user_priority,
+            static_priority: self.settings.static_priority,
+            estimates: self.engine.history.estimates(&history_key),
+        };
+        self.interrupt.check()?;
+        let interrupt = &self.interrupt;
+        let memory = stride_exec::QueryMemory::with_spill(
+            self.engine.memory.clone(),
+            self.query_memory_limit(),
+            Some(self.engine.spill_area().query()),
+        );
+        let output = stride_exec::execute_with(
+            &physical,
+            schema,
+            &self.engine.scheduler,
+            facts,
+            &memory,
+            &mut |canceller| interrupt.publish(canceller),
+        )
+        .map_err(|e| match e {
+            stride_exec::ExecError::Query(stride_sched::QueryError::Cancelled) => {
+                self.interrupt.stopped()
+            }
+            e if e.kind() == Some(stride_exec::ErrorKind::Overflow) => {
+                SqlError::NumericOutOfRange(format!("integer out of range ({e})"))
+            }
+            other => SqlError::Exec(other),
+        })?;
+        let workers = self.engine.scheduler.config().workers;
+        self.engine
+            .history
+            .record(&history_key, &output.stats, workers);
+        {
+            let mut acc = self.statement_stats.borrow_mut();
+            match acc.as_mut() {
+                None => *acc = Some(output.stats.clone()),
+                Some(a) => {
+                    a.cpu_time += output.stats.cpu_time;
+                    a.finalize_time += output.stats.finalize_time;
+                    a.tasks += output.stats.tasks;
+                    a.memory_peak = a.memory_peak.max(output.stats.memory_peak);
+                    a.spilled_bytes += output.stats.spilled_bytes;
+                    a.morsels += output.stats.morsels;
+                    a.tuples += output.stats.tuples;
+                    a.task_sets += output.stats.task_sets;
+                    a.latency += output.stats.latency;
+                    a.estimated_cpu = a
+                        .estimated_cpu
+                        .zip(output.stats.estimated_cpu)
+                        .map(|(x, y)| x + y);
+                    let o = &output.stats;
+                    a.task_set_cpu.extend_from_slice(&o.task_set_cpu);
+                    a.task_set_morsels.extend_from_slice(&o.task_set_morsels);
+                    if o.morsels > 0 {
+                        // `a.morsels` already includes `o`'s: equal means
+                        // the earlier queries ran no morsel.
+                        a.morsel_tuples_min = if a.morsels == o.morsels {
+                            o.morsel_tuples_min
+                        } else {
+                            a.morsel_tuples_min.min(o.morsel_tuples_min)
+                        };
+                        a.morsel_tuples_max = a.morsel_tuples_max.max(o.morsel_tuples_max);
+                    }
+                    for &(bound, count) in &o.morsel_size_histogram {
+                        match a
+                            .morsel_size_histogram
+                            .iter_mut()
+                            .find(|(b, _)| *b == bound)
+                        {
+                            Some(slot) => slot.1 += count,
+                            None => a.morsel_size_histogram.push((bound, count)),
+                        }
+                    }
+                    a.morsel_size_histogram.sort_unstable();
+                    // The statement's own query runs last (subqueries first):
+                    // its priority is the statement's.
+                    a.priority_trace = o.priority_trace.clone();
+                    a.final_priority = o.final_priority;
+                }
+            }
+        }
+        Ok(QueryOutput {
+            schema: output.schema,
+            batches: output.batches,
+            stats: output.stats,
+            planning,
+            execution: exec_start.elapsed(),
+        })
+    }
+
+    /// Replaces every uncorrelated scalar subquery by its value.
+    fn substitute_subqueries(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        let result = plan.transform_up(|node| {
+            node.map_expressions(|e| {
+                e.transform_up(|e| match e {
+                    Expr::ScalarSubquery(sq) => {
+                        if !sq.outer_ref_columns.is_empty() {
+                            return Err(external(SqlError::Unsupported(
+                                "correlated scalar subquery".into(),
+                            )));
+                        }
+                        let value = self.scalar_value(&sq.subquery).map_err(external)?;
+                        Ok(Transformed::yes(Expr::Literal(value, None)))
+                    }
+                    Expr::Exists(_) => Err(external(SqlError::Unsupported(
+                        "EXISTS subquery in this position".into(),
+                    ))),
+                    Expr::InSubquery(_) => Err(external(SqlError::Unsupported(
+                        "IN subquery in this position".into(),
+                    ))),
+                    other => Ok(Transformed::no(other)),
+                })
+            })
+        });
+        result.map(|t| t.data).map_err(SqlError::from)
+    }
+
+    fn scalar_value(&self, subquery: &LogicalPlan) -> Result<ScalarValue> {
+        let plan = self.optimize(subquery.clone())?;
+        let out = self.run_query(&plan)?;
+        let field =
+            out.schema.fields().first().cloned().ok_or_else(|| {
+                SqlError::plan(PlanKind::Other, "scalar subquery returns no column")
+            })?;
+        match out.num_rows() {
+            0 => Ok(ScalarValue::try_from(field.data_type())?),
+            1 => {
+                let batch = out
+                    .batches
+                    .iter()
+                    .find(|b| b.num_rows() > 0)
+                    .ok_or_else(|| {
+                        SqlError::Internal("one-row result without a non-empty batch".into())
+                    })?;
+                Ok(ScalarValue::try_from_array(batch.column(0), 0)?)
+            }
+            n => Err(SqlError::Exec(
+                stride_exec::ExecError::CardinalityViolation(format!(
+                    "more than one row returned by a subquery used as an expression ({n} rows)"
+                )),
+            )),
+        }
+    }
+
+    /// Stride's physical plan for an optimized logical plan, without running
+    /// anything: scalar subqueries stand as NULL literals of their type.
+    pub fn physical_plan(&self, plan: &LogicalPlan) -> Result<stride_exec::PhysicalPlan> {
+        let placeholder = plan
+            .clone()
+            .transform_up(|node| {
+                node.map_expressions(|e| {
+                    e.transform_up(|e| match e {
+                        Expr::ScalarSubquery(sq) => {
+                            let t = sq.subquery.schema().field(0).data_type().clone();
+                            Ok(Transformed::yes(Expr::Literal(
+                                ScalarValue::try_from(&t)?,
+                                None,
+                            )))
+                        }
+                        other => Ok(Transformed::no(other)),
+                    })
+                })
+            })
+            .map_err(SqlError::from)?
+            .data;
+        Lowerer::default().lower(&placeholder)
+    }
+
+    /// Plans one SQL query (parse, bind, optimize, lower) without running it.
+    pub fn plan_query(&self, sql: &str) -> Result<stride_exec::PhysicalPlan> {
+        let mut statements = crate::limits::parse(sql)?;
+        if statements.len() != 1 {
+            return Err(SqlError::plan(
+                PlanKind::Other,
+                format!("expected one statement, got {}", statements.len()),
+            ));
+        }
+        let stmt = statements
+            .pop_front()
+            .ok_or_else(|| SqlError::Internal("no statement".into()))?;
+        let plan = self.optimize(self.to_logical(stmt)?)?;
+        self.physical_plan(&plan)
+    }
+
+    /// The optimized logical plan, Stride's physical plan and its pipelines.
+    pub fn explain(&self, plan: &LogicalPlan) -> Result<String> {
+        let physical = self.physical_plan(plan)?;
+        let workers = self.engine.scheduler.config().workers;
+        let pipelines = stride_exec::executor::explain_pipelines(&physical, workers)?;
+        Ok(format!(
+            "logical plan:\n{}\n\nphysical plan:\n{}\npipelines (task sets, in order):\n{}\n",
+            plan.display_indent(),
+            physical,
+            pipelines.join("\n")
+        ))
+    }
+}

@@ -1,0 +1,205 @@
+//! `SET`, `SHOW` and transaction blocks (`BEGIN`, `COMMIT`, `ROLLBACK`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use stride_exec::QueryStats;
+
+use super::{command, QueryOutput, Session, StatementOutput, TransactionState};
+use crate::error::{Result, SettingKind, SqlError};
+
+impl Session {
+    pub(super) fn transaction(&mut self, op: Option<bool>) -> Result<StatementOutput> {
+        match op {
+            Some(true) => {
+                self.transaction = TransactionState {
+                    open: true,
+                    wrote: false,
+                };
+                Ok(command("BEGIN"))
+            }
+            Some(false) => {
+                self.transaction = TransactionState::default();
+                Ok(command("COMMIT"))
+            }
+            None => {
+                let state = std::mem::take(&mut self.transaction);
+                if state.wrote {
+                    Err(SqlError::Unsupported(
+                        "ROLLBACK after a write: Stride commits every statement on its own, \
+                         the writes of this block are kept"
+                            .into(),
+                    ))
+                } else {
+                    Ok(command("ROLLBACK"))
+                }
+            }
+        }
+    }
+
+    pub(super) fn set(&mut self, variable: &str, value: &str) -> Result<StatementOutput> {
+        let value = value.trim().trim_matches('\'').trim_matches('"');
+        // Engine-wide settings change every session: superusers only. Fail
+        // closed: whatever is not known to be session-scoped counts as
+        // engine-wide.
+        if !crate::settings::is_session_scoped(&self.settings, variable) {
+            self.engine.roles.require_superuser(self.role, || {
+                format!("permission denied to set parameter \"{variable}\"")
+            })?;
+        }
+        match variable {
+            "search_path" | "schema" => {
+                let first = value.split(',').next().unwrap_or("").trim();
+                self.set_default_schema(&first.to_lowercase())?;
+            }
+            "stride.policy" => {
+                let policy = crate::settings::parse_policy(value)?;
+                self.engine.scheduler.set_policy(policy);
+            }
+            "stride.memory_limit" => {
+                let bytes = crate::settings::memory_size(variable, value)?;
+                self.engine.set_memory_limit(bytes);
+            }
+            "stride.temp_directory" => {
+                self.engine
+                    .set_temp_directory(std::path::Path::new(value))?;
+            }
+            "temp_file_limit" => {
+                let limit = crate::settings::temp_file_limit(value)?;
+                self.engine.spill_area().set_file_limit(limit);
+            }
+            "stride.query_memory_limit" => {
+                // A session may lower its share; only a superuser may take
+                // more than the engine's default.
+                let default = self.engine.query_memory_limit();
+                if !value.eq_ignore_ascii_case("default")
+                    && crate::settings::memory_size(variable, value)? > default
+                {
+                    self.engine.roles.require_superuser(self.role, || {
+                        format!(
+                            "permission denied to set parameter \"{variable}\" above {}",
+                            crate::settings::show_size(default)
+                        )
+                    })?;
+                }
+                self.settings.set(variable, value)?;
+            }
+            other => self.settings.set(other, value)?,
+        }
+        Ok(command("SET"))
+    }
+
+    pub(super) fn show(&self, variable: &str) -> Result<StatementOutput> {
+        let rows: Vec<(String, String)> = match variable {
+            "all" => {
+                let mut all = self.settings.all();
+                all.retain(|(name, _)| name != "is_superuser");
+                all.push((
+                    "is_superuser".into(),
+                    if self.is_superuser() { "on" } else { "off" }.into(),
+                ));
+                all.push(("search_path".into(), self.default_schema.clone()));
+                all.push((
+                    "stride.policy".into(),
+                    self.engine.scheduler.policy().name().into(),
+                ));
+                all.push((
+                    "stride.workers".into(),
+                    self.engine.scheduler.config().workers.to_string(),
+                ));
+                all.push((
+                    "stride.memory_limit".into(),
+                    crate::settings::show_size(self.engine.memory.limit()),
+                ));
+                all.push((
+                    "stride.query_memory_limit".into(),
+                    crate::settings::show_size(self.query_memory_limit()),
+                ));
+                all.push(("stride.temp_directory".into(), self.engine.temp_directory()));
+                all.push((
+                    "temp_file_limit".into(),
+                    crate::settings::show_temp_file_limit(self.engine.spill_area().file_limit()),
+                ));
+                all.sort();
+                all
+            }
+            "stride.memory_limit" => vec![(
+                variable.into(),
+                crate::settings::show_size(self.engine.memory.limit()),
+            )],
+            "stride.query_memory_limit" => vec![(
+                variable.into(),
+                crate::settings::show_size(self.query_memory_limit()),
+            )],
+            "stride.temp_directory" => vec![(variable.into(), self.engine.temp_directory())],
+            "temp_file_limit" => vec![(
+                variable.into(),
+                crate::settings::show_temp_file_limit(self.engine.spill_area().file_limit()),
+            )],
+            "search_path" | "schema" => vec![(variable.into(), self.default_schema.clone())],
+            "is_superuser" => vec![(
+                variable.into(),
+                if self.is_superuser() { "on" } else { "off" }.into(),
+            )],
+            "session_authorization" => vec![(variable.into(), self.current_user())],
+            "stride.workers" => vec![(
+                variable.into(),
+                self.engine.scheduler.config().workers.to_string(),
+            )],
+            "stride.policy" => vec![(
+                variable.into(),
+                self.engine.scheduler.policy().name().to_string(),
+            )],
+            other => match self.settings.get(other) {
+                Some(v) => vec![(variable.into(), v)],
+                None => {
+                    return Err(SqlError::setting(
+                        SettingKind::Unrecognized,
+                        format!("unrecognized configuration parameter \"{other}\""),
+                    ))
+                }
+            },
+        };
+        let schema = show_schema(variable);
+        let columns: Vec<arrow::array::ArrayRef> = if variable == "all" {
+            vec![
+                Arc::new(arrow::array::StringArray::from_iter_values(
+                    rows.iter().map(|r| r.0.as_str()),
+                )),
+                Arc::new(arrow::array::StringArray::from_iter_values(
+                    rows.iter().map(|r| r.1.as_str()),
+                )),
+            ]
+        } else {
+            vec![Arc::new(arrow::array::StringArray::from_iter_values(
+                rows.iter().map(|r| r.1.as_str()),
+            ))]
+        };
+        let batch = RecordBatch::try_new(schema.clone(), columns)?;
+        Ok(StatementOutput::Query(QueryOutput {
+            schema,
+            batches: vec![batch],
+            stats: QueryStats::default(),
+            planning: Duration::ZERO,
+            execution: Duration::ZERO,
+        }))
+    }
+}
+
+/// Columns of `SHOW <variable>`.
+pub(super) fn show_schema(variable: &str) -> SchemaRef {
+    if variable == "all" {
+        Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("setting", DataType::Utf8, false),
+        ]))
+    } else {
+        Arc::new(Schema::new(vec![Field::new(
+            variable,
+            DataType::Utf8,
+            false,
+        )]))
+    }
+}
