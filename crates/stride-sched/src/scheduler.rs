@@ -20,6 +20,7 @@ use crate::policy::{DecayParams, GroupFacts, Policy};
 use crate::slots::SlotArray;
 use crate::sync::{lock, AtomicU64, Mutex, Ordering};
 use crate::task::{QueryError, TaskSetWork};
+use crate::topology::Topology;
 use crate::trace::Tracer;
 use crate::tuning::{TuningConfig, TuningReport, TUNING_REPORTS};
 use crate::worker::{self, WorkerCounters, WorkerStats};
@@ -34,8 +35,13 @@ pub const WORKER_STACK: usize = 64 << 20;
 pub struct SchedulerConfig {
     /// Number of worker threads (one per core is the intended setting).
     pub workers: usize,
-    /// Pin worker `i` to core `i mod cores` with `sched_setaffinity`.
+    /// Pin each worker to its cpu in `topology` with `sched_setaffinity`.
     pub pin_workers: bool,
+    /// The machine the workers run on (or pretend to): worker `i` belongs
+    /// to node `topology.worker_node(i)` ([`crate::TaskContext::node`]) and,
+    /// with `pin_workers`, is pinned to `topology.cpu_of_worker(i)`.
+    /// Default: the machine's own ([`Topology::machine`]).
+    pub topology: Arc<Topology>,
     /// Target task duration `t_max` (seed 001 §3.1: 2 ms).
     pub t_max: Duration,
     /// How tasks size their morsels.
@@ -84,6 +90,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             pin_workers: true,
+            topology: Topology::machine(),
             t_max: Duration::from_millis(2),
             morsels: MorselPolicy::Adaptive(AdaptiveMorsels::default()),
             policy: Policy::Srpt,

@@ -88,6 +88,8 @@ pub trait TaskSetWork: Send + Sync {
 pub struct TaskContext<'a> {
     worker: usize,
     workers: usize,
+    /// The memory node of the worker ([`crate::Topology::worker_node`]).
+    node: usize,
     sizer: MorselSizer<'a>,
     pub(crate) morsels: u64,
     pub(crate) tuples: u64,
@@ -122,6 +124,7 @@ impl<'a> TaskContext<'a> {
         TaskContext {
             worker,
             workers,
+            node: 0,
             sizer: MorselSizer::new(morsels.0, morsels.1, t_max, workers),
             morsels: 0,
             tuples: 0,
@@ -146,6 +149,19 @@ impl<'a> TaskContext<'a> {
     /// it to address per-worker state without contention.
     pub fn worker(&self) -> usize {
         self.worker
+    }
+
+    /// The memory node of the worker running this task: its node in the
+    /// scheduler's [`crate::Topology`] (logical on synthetic and fake
+    /// topologies, and when workers are not pinned).
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    /// Sets [`Self::node`].
+    pub(crate) fn with_node(mut self, node: usize) -> Self {
+        self.node = node;
+        self
     }
 
     /// Number of workers of the scheduler.

@@ -121,8 +121,10 @@ struct Worker {
 
 pub(crate) fn run(shared: Arc<Shared>, index: usize) {
     let os = os_thread::setup_worker_thread(
-        index,
-        shared.config.pin_workers,
+        shared
+            .config
+            .pin_workers
+            .then(|| shared.config.topology.cpu_of_worker(index)),
         shared.config.worker_os_priority,
         shared.config.worker_os_slice,
     );
@@ -313,7 +315,8 @@ impl Worker {
                 &group.cancelled,
                 shared.config.preemption.then_some(&shared.masks),
             )
-            .with_morsel_cap(handover);
+            .with_morsel_cap(handover)
+            .with_node(shared.config.topology.worker_node(self.index));
             {
                 let task_set = &group.task_sets[e.task_set];
                 if let Some(c) = &mut self.clock {
