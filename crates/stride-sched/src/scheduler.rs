@@ -177,11 +177,27 @@ pub(crate) struct Shared {
 impl Shared {
     /// Installs the first task set of `group` into `slot`, which the caller
     /// owns (from admission), and tells every worker (change mask, wake).
-    fn bind(&self, slot: usize, group: Arc<ResourceGroup>, arrival: u64) {
+    /// `by_worker`: the caller is a worker, which decides again afterwards.
+    fn bind(&self, slot: usize, group: Arc<ResourceGroup>, arrival: u64, by_worker: bool) {
+        let first = group.task_sets[0].clone();
         self.slots
             .install(slot, Box::new(TaskSetEntry::new(group, 0, slot, arrival)));
         self.masks.push(MaskKind::Change, slot);
-        self.idle.wake();
+        self.wake_for(&*first, by_worker);
+    }
+
+    /// After `work` was installed (its mask bits pushed): wakes as many
+    /// sleeping workers as it can use ([`TaskSetWork::parallelism_hint`],
+    /// at most every worker). A worker that installed it takes its own share
+    /// — it looks for work again right after — so it wakes one fewer
+    /// ([`crate::idle`]: that is what keeps the targeted wake-up free of
+    /// lost wakeups).
+    pub(crate) fn wake_for(&self, work: &dyn TaskSetWork, by_worker: bool) {
+        let usable = work
+            .parallelism_hint()
+            .unwrap_or(usize::MAX)
+            .clamp(1, self.config.workers);
+        self.idle.wake(usable - usize::from(by_worker));
     }
 
     /// Replaces the policy and tells the workers (they compare the epoch
@@ -210,10 +226,11 @@ impl Shared {
 
     /// The finalizer of a group's last task set gives up the group's slot:
     /// clears it, then hands it to the oldest waiting group or frees it.
+    /// Only workers call it (the bind's wake counts on that).
     pub(crate) fn release_slot(&self, slot: usize) {
         self.slots.clear(slot);
         if let Some((group, arrival)) = self.admission.release(slot) {
-            self.bind(slot, group, arrival);
+            self.bind(slot, group, arrival, true);
         }
     }
 }
@@ -343,7 +360,7 @@ impl Scheduler {
                 group,
                 slot,
                 arrival,
-            } => self.shared.bind(slot, group, arrival),
+            } => self.shared.bind(slot, group, arrival, false),
             Admit::Queued => {}
             Admit::Closed(group) => group.completion.complete(Err(QueryError::Shutdown)),
         }

@@ -81,6 +81,15 @@ pub trait TaskSetWork: Send + Sync {
     fn finalize(&self) -> Result<(), TaskError> {
         Ok(())
     }
+
+    /// How many workers can usefully run tasks of this set at once, if the
+    /// set knows when it becomes runnable (a step split into `k` parts, a
+    /// source of a single morsel); `None` (the default): any number. It only
+    /// decides how many sleeping workers the set's installation wakes
+    /// ([`crate::idle`]): too small a hint costs parallelism, never work.
+    fn parallelism_hint(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Per-task state handed to [`TaskSetWork::run_task`].

@@ -429,7 +429,7 @@ impl Worker {
             let next = TaskSetEntry::new(group.clone(), next, entry.slot, entry.arrival);
             shared.slots.install(entry.slot, Box::new(next));
             shared.masks.push(MaskKind::Return, entry.slot);
-            shared.idle.wake();
+            shared.wake_for(&*group.task_sets[entry.task_set + 1], true);
         } else {
             if group.is_cancelled() {
                 group.fail(QueryError::Cancelled);

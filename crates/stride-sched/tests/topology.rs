@@ -1,7 +1,8 @@
 //! Workers on a topology: each worker belongs to a node and, pinned, runs on
 //! its cpu; every task sees its worker's node ([`TaskContext::node`]).
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,19 +11,19 @@ use stride_sched::{
     TaskSetWork, Topology,
 };
 
+use common::Items;
+
 /// Items handed out one morsel at a time; every morsel records which worker
 /// ran it and which node its task reported.
 struct NodeProbe {
-    cursor: AtomicUsize,
-    runs: Vec<AtomicU32>,
+    items: Items,
     seen: Mutex<Vec<(usize, usize)>>,
 }
 
 impl NodeProbe {
     fn new(items: usize) -> Arc<Self> {
         Arc::new(NodeProbe {
-            cursor: AtomicUsize::new(0),
-            runs: (0..items).map(|_| AtomicU32::new(0)).collect(),
+            items: Items::new(items),
             seen: Mutex::new(Vec::new()),
         })
     }
@@ -34,21 +35,9 @@ impl TaskSetWork for NodeProbe {
     }
 
     fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
-        loop {
-            let Some(n) = ctx.next_morsel(None) else {
-                return Ok(TaskOutcome::Yielded);
-            };
-            let start = self.cursor.fetch_add(n, Ordering::Relaxed);
-            if start >= self.runs.len() {
-                return Ok(TaskOutcome::Exhausted);
-            }
-            let end = (start + n).min(self.runs.len());
-            for run in &self.runs[start..end] {
-                run.fetch_add(1, Ordering::Relaxed);
-            }
+        Ok(self.items.run_task(ctx, |ctx| {
             self.seen.lock().unwrap().push((ctx.worker(), ctx.node()));
-            ctx.morsel_done(end - start);
-        }
+        }))
     }
 }
 
@@ -85,13 +74,25 @@ fn every_task_reports_its_workers_node_on_a_fake_two_node_topology() {
     for p in &probes {
         // Both task sets share the probe's cursor: the first runs every
         // item once, the second finds it dry.
-        assert!(p.runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+        assert!(p.items.each_once());
         for &(worker, node) in p.seen.lock().unwrap().iter() {
             assert_eq!(node, topology.worker_node(worker), "worker {worker}");
             morsels += 1;
         }
     }
-    assert_eq!(morsels, probes.iter().map(|p| p.runs.len()).sum::<usize>());
+    assert_eq!(
+        morsels,
+        probes.iter().map(|p| p.items.runs.len()).sum::<usize>()
+    );
+    // A worker publishes its OS set-up when its thread has started, which
+    // on a busy machine may come after the other worker ran every task.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cfg!(target_os = "linux")
+        && scheduler.worker_stats().iter().any(|s| s.os.nice.is_none())
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     for stats in scheduler.worker_stats() {
         if cfg!(target_os = "linux") {
             assert_eq!(
