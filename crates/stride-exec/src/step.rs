@@ -115,6 +115,11 @@ impl TaskSetWork for StepTaskSet {
     fn finalize(&self) -> Result<FollowUps, TaskError> {
         Ok(Self::follow_ups(self.step.finish()?))
     }
+
+    /// A step of `k` parts keeps at most `k` workers busy.
+    fn parallelism_hint(&self) -> Option<usize> {
+        Some(self.parts.max(1))
+    }
 }
 
 /// Runs `steps` on the calling thread, each step's parts last to first

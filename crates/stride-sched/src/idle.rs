@@ -1,30 +1,77 @@
-//! Idle workers: sleeping without spinning and without lost wakeups.
+//! Idle workers: sleeping without spinning and without lost wakeups, and
+//! waking only as many of them as the new work can use.
 //!
 //! A worker whose local activity mask is empty (every slot it knows is
 //! empty or exhausted) has nothing to run until some thread installs a task
 //! set (events 2 and 3) or the scheduler shuts down. Such a thread calls
-//! [`Idle::wake`] *after* it installed the entry and pushed the mask bits.
+//! [`Idle::wake`] *after* it installed the entry and pushed the mask bits,
+//! saying how many sleeping workers the new work can use.
 //!
 //! Protocol, with a wake counter `epoch` and a sleeper count:
 //!
 //! * **Worker**: `e = epoch` (SeqCst) *before* pulling its masks and looking
-//!   for work; if it found none: `sleepers += 1` (SeqCst), lock, and while
-//!   `epoch == e` and not shut down, wait on the condition variable; unlock,
-//!   `sleepers -= 1`, and look again.
-//! * **Waker**: `epoch += 1` (SeqCst), then, only if `sleepers > 0`
-//!   (SeqCst), lock and `notify_all`.
+//!   for work; if it found none: `sleepers += 1` (SeqCst RMW), lock, and
+//!   while `epoch == e` and not shut down, wait on the condition variable;
+//!   unlock, `sleepers -= 1`, and look again.
+//! * **Waker** (`wake(n)`): `epoch += 1` (SeqCst RMW); then, if `n > 0`,
+//!   `s = sleepers` read with a read-modify-write (`fetch_add(0)`, SeqCst),
+//!   and only if `s > 0`: lock, and `notify_all` if `n >= s`, else
+//!   `notify_one` `n` times; unlock. Shutdown sets its flag, then bumps and
+//!   notifies all.
 //!
-//! *No lost wakeup.* If the waker's increment comes before the worker's read
-//! of `e`, the worker's pull after that read sees the pushed bits (the push
-//! happens before the increment, which the worker read). Otherwise the
-//! worker's re-check of `epoch` under the lock either sees the increment (and
-//! does not wait), or comes before it in the SeqCst order — then so does the
-//! worker's `sleepers += 1`, so the waker reads `sleepers > 0`, takes the lock
-//! (after the worker released it in `wait`) and notifies a waiting worker.
-//! Spurious wakeups only cause another look for work.
+//! Every access to `sleepers` is a read-modify-write, so the argument below
+//! needs only their modification order and release/acquire, not the single
+//! total order of SeqCst loads (loom treats SeqCst loads as AcqRel and
+//! could not check a plain load here; a `fetch_add(0)` costs the same as
+//! the `fetch_add` on `epoch` just before it, once per install).
+//!
+//! *What a wake guarantees.* Call a worker **caught** by a wake if its read
+//! of `e` returned the epoch before the wake's bump, and **stuck** if,
+//! caught, it then waits on the condition variable without having seen the
+//! bump. A worker that reads the bumped epoch (first read or re-check) also
+//! sees the pushed bits when it pulls: the pushes happen before the bump,
+//! which it read (Acquire). A wake `wake(n)` with `n >= 1` makes at least
+//! `min(n, stuck)` stuck workers look again:
+//!
+//! * take a worker's `sleepers += 1` and the waker's read of `sleepers`. If
+//!   the waker's read comes first in `sleepers`' modification order, the
+//!   worker's increment reads from it or from a later RMW (all RMWs: one
+//!   release sequence), so it synchronizes with the waker's read, which
+//!   follows the bump: the worker's re-check sees the bump and it is not
+//!   stuck. So every stuck worker's increment comes before the waker's
+//!   read, which therefore sees `s > 0`;
+//! * the waker then takes the lock. A worker re-checks and enters `wait`
+//!   under the lock; one that had not re-checked when the waker took the
+//!   lock re-checks after the waker's unlock (synchronized by the lock), sees
+//!   the bump and is not stuck. So every stuck worker waits when the waker
+//!   notifies;
+//! * each `notify_one` unblocks one waiting worker, and a worker it
+//!   unblocked cannot wait again before the waker unlocks (waiting needs the
+//!   lock), so `n` calls under one lock unblock `min(n, waiting)` distinct
+//!   workers; `notify_all` (when `n >= s`) unblocks all of them;
+//! * an unblocked worker re-checks `epoch` under the lock, after the
+//!   waker's unlock: it sees the bump, stops waiting and looks again.
+//!
+//! *No lost wakeup.* The scheduler may leave installed work unseen only if
+//! every worker is stuck for good. Every install is followed either by
+//! `wake(n)` with `n >= 1` (an install by a thread that is not a worker:
+//! some worker looks again, or none was stuck and every caught worker looks
+//! again anyway), or by a worker that installed it and then decides again
+//! itself (it pushed the mask bit to its own mask too) — such a worker may
+//! call `wake(0)`, since the work it installed can use no worker beyond
+//! itself. A worker that looks again and finds work runs it; one that finds
+//! none sleeps again on the new epoch. So installed work always has a worker
+//! that sees it; `n` only decides how many others join at once. A too small
+//! `n` (a task set that could use more workers than its hint said) costs
+//! parallelism until those workers' next wake, never work.
+//!
+//! `tests/loom.rs` runs this code with two sleepers and targeted wakers,
+//! and shows that a wake of no one by a thread that does not look again
+//! itself does lose the wakeup.
 //!
 //! The busy path pays one `fetch_add` and one load per *install* (not per
-//! decision); the lock is taken only when someone sleeps.
+//! decision); the lock is taken only when someone sleeps and the work can
+//! use a sleeper.
 
 use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 
@@ -33,7 +80,10 @@ pub struct Idle {
     /// Bumped by every wake (SeqCst; pairs with the worker's SeqCst reads of
     /// it before looking for work and under `lock`).
     epoch: AtomicU64,
-    /// Workers between "found nothing" and "woke up" (SeqCst, read by wakers).
+    /// Workers between "found nothing" and "woke up". Only ever accessed by
+    /// SeqCst read-modify-writes (increment and decrement by sleepers, the
+    /// wakers' `fetch_add(0)`), so that a waker's read and a sleeper's
+    /// increment synchronize in whichever order they come (module docs).
     sleepers: AtomicUsize,
     /// Set once at shutdown (SeqCst, before the final wake).
     shutdown: AtomicBool,
@@ -63,12 +113,28 @@ impl Idle {
         self.shutdown.load(Ordering::SeqCst)
     }
 
-    /// Called after publishing work (an installed task set, pushed masks).
-    pub fn wake(&self) {
+    /// Called after publishing work (an installed task set, pushed masks)
+    /// that can keep `n` more workers busy: wakes `n` sleeping workers (all
+    /// of them if fewer sleep). Workers about to sleep look again anyway.
+    /// `n = 0` only for a worker that will look for work again itself
+    /// (module docs).
+    pub fn wake(&self, n: usize) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _guard = lock(&self.lock);
+        if n == 0 {
+            return;
+        }
+        // A read-modify-write, not a load: see the module docs.
+        let sleepers = self.sleepers.fetch_add(0, Ordering::SeqCst);
+        if sleepers == 0 {
+            return;
+        }
+        let _guard = lock(&self.lock);
+        if n >= sleepers {
             self.cv.notify_all();
+        } else {
+            for _ in 0..n {
+                self.cv.notify_one();
+            }
         }
     }
 
@@ -88,6 +154,6 @@ impl Idle {
     /// Wakes every worker for good.
     pub fn shut_down(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
-        self.wake();
+        self.wake(usize::MAX);
     }
 }

@@ -43,7 +43,9 @@
 //! * [`sim`] — a simulator that runs the policy code with a virtual clock;
 //! * [`tuning`] — self-tuning of the decay parameters (seed 001 §4), also
 //!   inside the running scheduler ([`SchedulerConfig::tuning`]);
-//! * [`trace`] — per-task records for timeline traces.
+//! * [`trace`] — per-task records for timeline traces;
+//! * [`topology`] — memory nodes, cpus and caches (detected, synthetic or
+//!   fake); which worker belongs to which node and is pinned to which cpu.
 
 pub mod admission;
 pub mod cancel;
@@ -61,6 +63,7 @@ pub mod sim;
 pub mod slots;
 pub mod sync;
 pub mod task;
+pub mod topology;
 pub mod trace;
 pub mod tuning;
 pub mod worker;
@@ -74,6 +77,7 @@ pub use policy::{DecayParams, GroupFacts, Policy, TaskSetEstimate, ThresholdPara
 pub use scheduler::{Scheduler, SchedulerConfig, WorkerOsPriority};
 pub use sim::{SimConfig, SimJob, SimResult, SimTaskSet};
 pub use task::{FollowUps, QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork};
+pub use topology::{Node, Topology, TopologyError, TopologySpec};
 pub use trace::{TaskRecord, Tracer};
 pub use tuning::{TrackedWorkload, Tracker, TuningConfig, TuningReport, TuningResult};
 pub use worker::WorkerStats;

@@ -1,5 +1,5 @@
-//! How a worker thread asks the operating system to treat it: pinned to one
-//! core, at a lower weight than the engine's other threads, and with a short
+//! How a worker thread asks the operating system to treat it: pinned to its
+//! cpu ([`crate::Topology`]), at a lower weight than the engine's other threads, and with a short
 //! OS time slice.
 //!
 //! A worker never sleeps while there is work, so on a core it shares with a
@@ -38,16 +38,16 @@ pub struct OsSetup {
     pub slice: Option<Duration>,
 }
 
-/// Pins the calling thread to core `index mod cores` when `pin` is set,
-/// then applies `priority` and, where the kernel has custom slices, `slice`.
-/// Failures are ignored (see the module docs); the result says what holds.
+/// Pins the calling thread to `cpu` when given (the worker's cpu in
+/// [`crate::Topology`]), then applies `priority` and, where the kernel has
+/// custom slices, `slice`. Failures are ignored (see the module docs); the
+/// result says what holds.
 pub(crate) fn setup_worker_thread(
-    index: usize,
-    pin: bool,
+    cpu: Option<usize>,
     priority: WorkerOsPriority,
     slice: Option<Duration>,
 ) -> OsSetup {
-    let core = if pin { pin_to_core(index) } else { None };
+    let core = cpu.and_then(pin_to_cpu);
     let custom = set_priority(priority, slice);
     let (nice, read) = read_back();
     OsSetup {
@@ -57,26 +57,28 @@ pub(crate) fn setup_worker_thread(
     }
 }
 
-/// Pins the calling thread to core `index mod cores`. Failure (e.g. a
-/// restricted cpuset) is ignored: pinning is an optimisation, not a contract.
-fn pin_to_core(index: usize) -> Option<usize> {
+/// Pins the calling thread to `cpu`. Failure (a cpu outside the process's
+/// cpuset, or beyond `CPU_SETSIZE`) is ignored: pinning is an optimisation,
+/// not a contract.
+fn pin_to_cpu(cpu: usize) -> Option<usize> {
     #[cfg(target_os = "linux")]
     {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let core = index % cores;
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return None;
+        }
         // SAFETY: `cpu_set_t` is plain data, zero is a valid (empty) set, and
-        // CPU_SET writes within it for any core index below CPU_SETSIZE, which
-        // `index % cores` is on every machine Linux supports.
+        // CPU_SET writes within it for `cpu` below CPU_SETSIZE (checked
+        // above); the kernel only reads the set.
         let ok = unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(core, &mut set);
+            libc::CPU_SET(cpu, &mut set);
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
         };
-        ok.then_some(core)
+        ok.then_some(cpu)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = index;
+        let _ = cpu;
         None
     }
 }
@@ -198,7 +200,7 @@ mod tests {
     fn setup_reports_what_the_kernel_holds() {
         // On a fresh thread, so that the test runner's thread is untouched.
         let setup =
-            std::thread::spawn(|| setup_worker_thread(0, false, WorkerOsPriority::Nice(3), None))
+            std::thread::spawn(|| setup_worker_thread(None, WorkerOsPriority::Nice(3), None))
                 .join()
                 .unwrap();
         assert_eq!(setup.core, None);
@@ -213,8 +215,7 @@ mod tests {
     fn a_custom_slice_is_read_back_where_the_kernel_has_them() {
         let setup = std::thread::spawn(|| {
             setup_worker_thread(
-                0,
-                true,
+                Some(0),
                 WorkerOsPriority::Nice(5),
                 Some(Duration::from_micros(200)),
             )

@@ -20,6 +20,7 @@ use crate::policy::{DecayParams, GroupFacts, Policy};
 use crate::slots::SlotArray;
 use crate::sync::{lock, AtomicU64, Mutex, Ordering};
 use crate::task::{QueryError, TaskSetWork};
+use crate::topology::Topology;
 use crate::trace::Tracer;
 use crate::tuning::{TuningConfig, TuningReport, TUNING_REPORTS};
 use crate::worker::{self, WorkerCounters, WorkerStats};
@@ -34,8 +35,13 @@ pub const WORKER_STACK: usize = 64 << 20;
 pub struct SchedulerConfig {
     /// Number of worker threads (one per core is the intended setting).
     pub workers: usize,
-    /// Pin worker `i` to core `i mod cores` with `sched_setaffinity`.
+    /// Pin each worker to its cpu in `topology` with `sched_setaffinity`.
     pub pin_workers: bool,
+    /// The machine the workers run on (or pretend to): worker `i` belongs
+    /// to node `topology.worker_node(i)` ([`crate::TaskContext::node`]) and,
+    /// with `pin_workers`, is pinned to `topology.cpu_of_worker(i)`.
+    /// Default: the machine's own ([`Topology::machine`]).
+    pub topology: Arc<Topology>,
     /// Target task duration `t_max` (seed 001 §3.1: 2 ms).
     pub t_max: Duration,
     /// How tasks size their morsels.
@@ -84,6 +90,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             pin_workers: true,
+            topology: Topology::machine(),
             t_max: Duration::from_millis(2),
             morsels: MorselPolicy::Adaptive(AdaptiveMorsels::default()),
             policy: Policy::Srpt,
@@ -170,13 +177,29 @@ pub(crate) struct Shared {
 impl Shared {
     /// Installs the first task set of `group` into `slot`, which the caller
     /// owns (from admission), and tells every worker (change mask, wake).
-    fn bind(&self, slot: usize, group: Arc<ResourceGroup>, arrival: u64) {
+    /// `by_worker`: the caller is a worker, which decides again afterwards.
+    fn bind(&self, slot: usize, group: Arc<ResourceGroup>, arrival: u64, by_worker: bool) {
+        let first = group.task_sets[0].clone();
         self.slots.install(
             slot,
             Box::new(TaskSetEntry::planned(group, 0, slot, arrival)),
         );
         self.masks.push(MaskKind::Change, slot);
-        self.idle.wake();
+        self.wake_for(&*first, by_worker);
+    }
+
+    /// After `work` was installed (its mask bits pushed): wakes as many
+    /// sleeping workers as it can use ([`TaskSetWork::parallelism_hint`],
+    /// at most every worker). A worker that installed it takes its own share
+    /// — it looks for work again right after — so it wakes one fewer
+    /// ([`crate::idle`]: that is what keeps the targeted wake-up free of
+    /// lost wakeups).
+    pub(crate) fn wake_for(&self, work: &dyn TaskSetWork, by_worker: bool) {
+        let usable = work
+            .parallelism_hint()
+            .unwrap_or(usize::MAX)
+            .clamp(1, self.config.workers);
+        self.idle.wake(usable - usize::from(by_worker));
     }
 
     /// Replaces the policy and tells the workers (they compare the epoch
@@ -205,10 +228,11 @@ impl Shared {
 
     /// The finalizer of a group's last task set gives up the group's slot:
     /// clears it, then hands it to the oldest waiting group or frees it.
+    /// Only workers call it (the bind's wake counts on that).
     pub(crate) fn release_slot(&self, slot: usize) {
         self.slots.clear(slot);
         if let Some((group, arrival)) = self.admission.release(slot) {
-            self.bind(slot, group, arrival);
+            self.bind(slot, group, arrival, true);
         }
     }
 }
@@ -338,7 +362,7 @@ impl Scheduler {
                 group,
                 slot,
                 arrival,
-            } => self.shared.bind(slot, group, arrival),
+            } => self.shared.bind(slot, group, arrival, false),
             Admit::Queued => {}
             Admit::Closed(group) => group.completion.complete(Err(QueryError::Shutdown)),
         }

@@ -93,6 +93,15 @@ pub trait TaskSetWork: Send + Sync {
     fn finalize(&self) -> Result<FollowUps, TaskError> {
         Ok(FollowUps::new())
     }
+
+    /// How many workers can usefully run tasks of this set at once, if the
+    /// set knows when it becomes runnable (a step split into `k` parts, a
+    /// source of a single morsel); `None` (the default): any number. It only
+    /// decides how many sleeping workers the set's installation wakes
+    /// ([`crate::idle`]): too small a hint costs parallelism, never work.
+    fn parallelism_hint(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Task sets a finalization leaves to run, in order, before the group's
@@ -105,6 +114,8 @@ pub type FollowUps = Vec<std::sync::Arc<dyn TaskSetWork>>;
 pub struct TaskContext<'a> {
     worker: usize,
     workers: usize,
+    /// The memory node of the worker ([`crate::Topology::worker_node`]).
+    node: usize,
     sizer: MorselSizer<'a>,
     pub(crate) morsels: u64,
     pub(crate) tuples: u64,
@@ -139,6 +150,7 @@ impl<'a> TaskContext<'a> {
         TaskContext {
             worker,
             workers,
+            node: 0,
             sizer: MorselSizer::new(morsels.0, morsels.1, t_max, workers),
             morsels: 0,
             tuples: 0,
@@ -163,6 +175,19 @@ impl<'a> TaskContext<'a> {
     /// it to address per-worker state without contention.
     pub fn worker(&self) -> usize {
         self.worker
+    }
+
+    /// The memory node of the worker running this task: its node in the
+    /// scheduler's [`crate::Topology`] (logical on synthetic and fake
+    /// topologies, and when workers are not pinned).
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    /// Sets [`Self::node`].
+    pub(crate) fn with_node(mut self, node: usize) -> Self {
+        self.node = node;
+        self
     }
 
     /// Number of workers of the scheduler.

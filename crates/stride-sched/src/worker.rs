@@ -121,8 +121,10 @@ struct Worker {
 
 pub(crate) fn run(shared: Arc<Shared>, index: usize) {
     let os = os_thread::setup_worker_thread(
-        index,
-        shared.config.pin_workers,
+        shared
+            .config
+            .pin_workers
+            .then(|| shared.config.topology.cpu_of_worker(index)),
         shared.config.worker_os_priority,
         shared.config.worker_os_slice,
     );
@@ -313,7 +315,8 @@ impl Worker {
                 &group.cancelled,
                 shared.config.preemption.then_some(&shared.masks),
             )
-            .with_morsel_cap(handover);
+            .with_morsel_cap(handover)
+            .with_node(shared.config.topology.worker_node(self.index));
             {
                 let task_set = &e.work;
                 if let Some(c) = &mut self.clock {
@@ -429,10 +432,16 @@ impl Worker {
         };
         match next {
             Some((stage, work)) => {
-                let next = TaskSetEntry::new(group.clone(), work, stage, entry.slot, entry.arrival);
+                let next = TaskSetEntry::new(
+                    group.clone(),
+                    work.clone(),
+                    stage,
+                    entry.slot,
+                    entry.arrival,
+                );
                 shared.slots.install(entry.slot, Box::new(next));
                 shared.masks.push(MaskKind::Return, entry.slot);
-                shared.idle.wake();
+                shared.wake_for(&*work, true);
             }
             None => {
                 if group.is_cancelled() {

@@ -352,6 +352,7 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
         Field::new("os_core", DataType::Int64, true),
         Field::new("os_nice", DataType::Int64, true),
         Field::new("os_slice_us", DataType::Float64, true),
+        Field::new("node", DataType::Int64, false),
     ]));
     let policy = scheduler.policy().name().to_string();
     let active = scheduler.active_groups() as i64;
@@ -400,6 +401,11 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
             stats
                 .iter()
                 .map(|w| w.os.slice.map(|d| d.as_secs_f64() * 1e6)),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            stats
+                .iter()
+                .map(|w| config.topology.worker_node(w.worker) as i64),
         )),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;

@@ -75,6 +75,14 @@ struct GlobalArgs {
     /// it. 0 keeps the kernel's default (about 1.5 ms on 2 cores). Default 100.
     #[arg(long, global = true, value_name = "US")]
     worker_os_slice_us: Option<u64>,
+    /// The workers' topology: detect (the machine's, from sysfs; the
+    /// default), nodes=N,cores-per-node=M (synthetic: virtual cores on the
+    /// machine's cpus round-robin, flagged oversubscribed when larger than
+    /// the machine) or fake:nodes=N,cores-per-node=M (disjoint groups of real
+    /// cpus as nodes, really pinned). Without --workers, a synthetic or fake
+    /// topology runs one worker per core.
+    #[arg(long, global = true, value_name = "SPEC", value_parser = parse_topology)]
+    topology: Option<stride_sched::TopologySpec>,
     /// Hand-over morsels in µs: a worker's morsels while a group it ranks
     /// first is between two task sets (default 100; 0: off).
     #[arg(long, global = true, value_name = "US")]
@@ -126,6 +134,13 @@ fn parse_memory_size(value: &str) -> std::result::Result<usize, String> {
             "expected a size such as 512MB or 4GB, got \"{value}\""
         )),
     }
+}
+
+/// Parses `--topology SPEC`.
+fn parse_topology(value: &str) -> std::result::Result<stride_sched::TopologySpec, String> {
+    value
+        .parse()
+        .map_err(|e: stride_sched::TopologyError| e.to_string())
 }
 
 /// Parses `--self-tuning TRACK,REFRESH` (seconds).
@@ -257,6 +272,26 @@ fn start_traced(
         scheduler.morsels = stride_sched::MorselPolicy::Fixed(rows);
     }
     scheduler.pin_workers = !global.no_pin;
+    let topology = match global.topology {
+        None | Some(stride_sched::TopologySpec::Detect) => stride_sched::Topology::machine(),
+        Some(spec) => {
+            let topology = Arc::new(spec.build().context("--topology")?);
+            if global.workers.is_none() {
+                scheduler.workers = topology.cores();
+            }
+            topology
+        }
+    };
+    eprintln!(
+        "topology: {topology}; {} workers{}",
+        scheduler.workers,
+        if scheduler.pin_workers {
+            ", pinned"
+        } else {
+            ""
+        }
+    );
+    scheduler.topology = topology;
     scheduler.preemption = !global.no_preemption;
     if let Some(p) = &global.worker_os_priority {
         scheduler.worker_os_priority =

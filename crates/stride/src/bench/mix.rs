@@ -418,6 +418,7 @@ mod tests {
             morsels_per_task: None,
             worker_os_priority: None,
             worker_os_slice_us: None,
+            topology: None,
             handover_morsel_us: None,
             self_tuning: None,
             fixed_params: false,
