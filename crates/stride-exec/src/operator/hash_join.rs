@@ -510,12 +510,7 @@ impl HashBuildSink {
     }
 }
 
-impl HashBuildSink {
-    fn install(&self, table: JoinHashTable) -> Result<()> {
-        install(&self.table, table)
-    }
-}
-
+/// Puts the built table into its slot (once).
 fn install(slot: &HashTableSlot, table: JoinHashTable) -> Result<()> {
     slot.set(table)
         .map_err(|_| ExecError::Internal("hash table built twice".into()))
@@ -671,7 +666,10 @@ impl Sink for HashBuildSink {
         self.memory.shrink(collected);
         let keys = self.encoder.encode(eval_keys(&self.keys, &batch)?)?;
         self.memory.grow(keys.bytes(), "hash join keys")?;
-        self.install(JoinHashTable::new(batch, keys, self.track_matches)?)?;
+        install(
+            &self.table,
+            JoinHashTable::new(batch, keys, self.track_matches)?,
+        )?;
         Ok(Steps::new())
     }
 

@@ -484,19 +484,25 @@ fn merge(
         } else {
             false
         };
-        if !live {
-            let last = heap.len() - 1;
-            heap.swap(0, last);
-            heap.pop();
-        }
-        if !heap.is_empty() {
-            sift_down(&mut heap, 0, &|a, b| less(&cursors, a, b));
-        }
+        reheap_top(&mut heap, live, &|a, b| less(&cursors, a, b));
         if block.len() >= block_rows {
             flush(&mut pending, &mut block, &mut cursors, emit)?;
         }
     }
     flush(&mut pending, &mut block, &mut cursors, emit)
+}
+
+/// The heap's top cursor moved on: restores the heap, dropping the top
+/// first when its cursor is done (`live` false).
+fn reheap_top(heap: &mut Vec<usize>, live: bool, less: &dyn Fn(usize, usize) -> bool) {
+    if !live {
+        let last = heap.len() - 1;
+        heap.swap(0, last);
+        heap.pop();
+    }
+    if !heap.is_empty() {
+        sift_down(heap, 0, less);
+    }
 }
 
 fn sift_down(heap: &mut [usize], mut i: usize, less: &dyn Fn(usize, usize) -> bool) {
@@ -679,28 +685,47 @@ struct Units {
 type At = (usize, usize);
 
 impl Units {
-    fn key(&self, (u, pos): At) -> Result<arrow::row::Row<'_>> {
-        let s = self.units[u].sorted()?;
-        Ok(s.rows.row(s.order[pos] as usize))
+    /// Every unit's keys and order, once each unit's part ran (checked
+    /// once here, so that comparisons cannot fail).
+    fn sorted(&self) -> Result<Sorted<'_>> {
+        Ok(Sorted(
+            self.units
+                .iter()
+                .map(Unit::sorted)
+                .collect::<Result<Vec<_>>>()?,
+        ))
+    }
+}
+
+/// The sorted units of a split sort.
+struct Sorted<'a>(Vec<&'a SortedUnit>);
+
+impl Sorted<'_> {
+    fn key(&self, (u, pos): At) -> arrow::row::Row<'_> {
+        let s = self.0[u];
+        s.rows.row(s.order[pos] as usize)
     }
 
     /// The merge's total order: key, then unit, then position.
-    fn cmp(&self, a: At, b: At) -> Result<std::cmp::Ordering> {
-        Ok(self.key(a)?.cmp(&self.key(b)?).then(a.cmp(&b)))
+    fn cmp(&self, a: At, b: At) -> std::cmp::Ordering {
+        self.key(a).cmp(&self.key(b)).then(a.cmp(&b))
     }
 
     /// The first position of unit `u` at or after `bound` in the total order.
-    fn lower_bound(&self, u: usize, bound: At) -> Result<usize> {
-        let (mut lo, mut hi) = (0, self.units[u].len());
+    fn lower_bound(&self, u: usize, bound: At) -> usize {
+        let n = self.0[u].order.len();
+        // Positions before the bound form a prefix (the order is monotone
+        // in the position within a unit).
+        let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.cmp((u, mid), bound)?.is_lt() {
+            if self.cmp((u, mid), bound).is_lt() {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        Ok(lo)
+        lo
     }
 }
 
@@ -784,21 +809,13 @@ impl SplitStep for SortUnits {
     /// Picks the merge's key ranges from a sample of every unit.
     fn finish(&self) -> Result<Steps> {
         let units = &self.units;
+        let sorted = units.sorted()?;
         let total: usize = units.units.iter().map(Unit::len).sum();
         let mut samples: Vec<At> = Vec::new();
         for (u, unit) in units.units.iter().enumerate() {
             samples.extend((0..unit.len()).step_by(SAMPLE_EVERY).map(|pos| (u, pos)));
         }
-        let mut failed = None;
-        samples.sort_by(|&a, &b| {
-            units.cmp(a, b).unwrap_or_else(|e| {
-                failed.get_or_insert(e);
-                std::cmp::Ordering::Equal
-            })
-        });
-        if let Some(e) = failed {
-            return Err(e);
-        }
+        samples.sort_by(|&a, &b| sorted.cmp(a, b));
         let ranges = total
             .div_ceil(MERGE_RANGE_ROWS)
             .clamp(1, samples.len().max(1));
@@ -835,15 +852,16 @@ impl SplitStep for MergeRanges {
 
     fn run_part(&self, part: usize, _worker: usize) -> Result<usize> {
         let units = &self.units;
+        let sorted = units.sorted()?;
         // Each unit's rows in this range: `(unit, next position, end)`.
         let mut cursors: Vec<(usize, usize, usize)> = Vec::new();
         for u in 0..units.units.len() {
             let lo = match part.checked_sub(1) {
-                Some(p) => units.lower_bound(u, self.splitters[p])?,
+                Some(p) => sorted.lower_bound(u, self.splitters[p]),
                 None => 0,
             };
             let hi = match self.splitters.get(part) {
-                Some(&s) => units.lower_bound(u, s)?,
+                Some(&s) => sorted.lower_bound(u, s),
                 None => units.units[u].len(),
             };
             if lo < hi {
@@ -854,7 +872,7 @@ impl SplitStep for MergeRanges {
         // A binary min-heap of cursor indices, by (key, unit).
         let less = |cursors: &[(usize, usize, usize)], a: usize, b: usize| {
             let (x, y) = (cursors[a], cursors[b]);
-            matches!(units.cmp((x.0, x.1), (y.0, y.1)), Ok(o) if o.is_lt())
+            sorted.cmp((x.0, x.1), (y.0, y.1)).is_lt()
         };
         let mut heap: Vec<usize> = (0..cursors.len()).collect();
         for i in (0..heap.len() / 2).rev() {
@@ -878,21 +896,14 @@ impl SplitStep for MergeRanges {
         while let Some(&top) = heap.first() {
             let (u, pos, end) = cursors[top];
             let unit = &units.units[u];
-            let (b, row) = unit.locate(unit.sorted()?.order[pos] as usize);
+            let (b, row) = unit.locate(sorted.0[u].order[pos] as usize);
             if local[b] == usize::MAX {
                 local[b] = refs.len();
                 refs.push(&units.batches[b]);
             }
             block.push((local[b], row));
             cursors[top].1 += 1;
-            if pos + 1 == end {
-                let last = heap.len() - 1;
-                heap.swap(0, last);
-                heap.pop();
-            }
-            if !heap.is_empty() {
-                sift_down(&mut heap, 0, &|a, b| less(&cursors, a, b));
-            }
+            reheap_top(&mut heap, pos + 1 < end, &|a, b| less(&cursors, a, b));
             if block.len() >= MERGE_CHUNK_ROWS {
                 flush(&mut block, &refs)?;
             }
