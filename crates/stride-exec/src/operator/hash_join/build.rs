@@ -1,0 +1,220 @@
+//! The build side: collecting it, laying it out, allocating the table.
+
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::compute::concat_batches;
+use arrow::datatypes::SchemaRef;
+
+use super::keys::{eval_keys, KeyEncoder, Keys};
+use super::table::{HashTableSlot, JoinHashTable};
+use crate::error::{ExecError, Result};
+use crate::memory::{batch_bytes, QueryMemory};
+use crate::operator::{PerWorker, Sink};
+use crate::plan::ExprRef;
+use crate::seq::MorselSeq;
+use crate::step::{SplitStep, Steps};
+
+/// Collects the build side; when finalized, concatenates it, encodes its keys
+/// and allocates the table (which the insert pipeline then links).
+#[derive(Debug)]
+pub struct HashBuildSink {
+    keys: Vec<ExprRef>,
+    encoder: Arc<KeyEncoder>,
+    schema: SchemaRef,
+    parts: PerWorker<Vec<RecordBatch>>,
+    track_matches: bool,
+    table: HashTableSlot,
+    memory: Arc<QueryMemory>,
+}
+
+impl HashBuildSink {
+    pub fn new(
+        keys: Vec<ExprRef>,
+        encoder: Arc<KeyEncoder>,
+        schema: SchemaRef,
+        workers: usize,
+        track_matches: bool,
+        table: HashTableSlot,
+        memory: Arc<QueryMemory>,
+    ) -> Self {
+        HashBuildSink {
+            keys,
+            encoder,
+            schema: crate::nullable_schema(&schema),
+            parts: PerWorker::new(workers),
+            track_matches,
+            table,
+            memory,
+        }
+    }
+}
+
+/// Puts the built table into its slot (once).
+fn install(slot: &HashTableSlot, table: JoinHashTable) -> Result<()> {
+    slot.set(table)
+        .map_err(|_| ExecError::Internal("hash table built twice".into()))
+}
+
+/// Build sides of more rows than this are laid out by a split step
+/// ([`LayOutBuild`]) instead of inside the build's `finish`.
+pub const SPLIT_BUILD_ROWS: usize = 1 << 16;
+
+/// The split finish of a large build side: part 0 evaluates and encodes
+/// the keys of every collected batch, part `1 + c` concatenates column
+/// `c`; the step's finish puts the columns together (no copy) and
+/// allocates the table, which the insert pipeline then links.
+#[derive(Debug)]
+struct LayOutBuild {
+    keys: Vec<ExprRef>,
+    encoder: Arc<KeyEncoder>,
+    schema: SchemaRef,
+    track_matches: bool,
+    table: HashTableSlot,
+    memory: Arc<QueryMemory>,
+    /// The collected batches, until the step's finish drops them.
+    input: std::sync::Mutex<Vec<RecordBatch>>,
+    columns: Vec<OnceLock<ArrayRef>>,
+    /// The encoded keys, from part 0 until the step's finish takes them.
+    encoded: std::sync::Mutex<Option<Keys>>,
+    rows: usize,
+    /// Bytes of `input` charged to the query.
+    collected: usize,
+}
+
+impl LayOutBuild {
+    fn input(&self) -> std::sync::MutexGuard<'_, Vec<RecordBatch>> {
+        self.input.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl SplitStep for LayOutBuild {
+    fn name(&self) -> String {
+        "hash join build: concatenate columns, encode keys".into()
+    }
+
+    fn parts(&self) -> usize {
+        1 + self.columns.len()
+    }
+
+    fn run_part(&self, part: usize, _worker: usize) -> Result<usize> {
+        // The batches are shared (Arc'd arrays): cloning the list is cheap
+        // and lets the parts run without holding the lock.
+        let input = self.input().clone();
+        let built = match part.checked_sub(1) {
+            None => {
+                let mut per_key: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.keys.len()];
+                for batch in &input {
+                    for (k, array) in eval_keys(&self.keys, batch)?.into_iter().enumerate() {
+                        per_key[k].push(array);
+                    }
+                }
+                let columns = per_key
+                    .iter()
+                    .map(|arrays| {
+                        let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
+                        Ok(arrow::compute::concat(&refs)?)
+                    })
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                let keys = self.encoder.encode(columns)?;
+                self.memory.grow(keys.bytes(), "hash join keys")?;
+                let mut slot = self.encoded.lock().unwrap_or_else(|e| e.into_inner());
+                slot.replace(keys).is_none()
+            }
+            Some(c) => {
+                let refs: Vec<&dyn Array> = input.iter().map(|b| b.column(c).as_ref()).collect();
+                let column = arrow::compute::concat(&refs)?;
+                self.columns[c].set(column).is_ok()
+            }
+        };
+        if !built {
+            return Err(ExecError::Internal("hash build part ran twice".into()));
+        }
+        Ok(input.iter().map(|b| b.num_rows()).sum::<usize>() / self.parts())
+    }
+
+    fn finish(&self) -> Result<Steps> {
+        let missing = || ExecError::Internal("hash build laid out before its parts ran".into());
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| c.get().cloned().ok_or_else(missing))
+            .collect::<Result<Vec<_>>>()?;
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(self.rows)),
+        )?;
+        std::mem::take(&mut *self.input());
+        self.memory.shrink(self.collected);
+        let keys = self
+            .encoded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(missing)?;
+        install(
+            &self.table,
+            JoinHashTable::new(batch, keys, self.track_matches)?,
+        )?;
+        Ok(Steps::new())
+    }
+}
+
+impl Sink for HashBuildSink {
+    fn consume(&self, _seq: MorselSeq, batch: RecordBatch, worker: usize) -> Result<()> {
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            batch.columns().to_vec(),
+            &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+        )?;
+        self.memory
+            .grow(batch_bytes(&batch), "hash join build side")?;
+        self.parts.with(worker, |p| p.push(batch));
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<Steps> {
+        let parts: Vec<RecordBatch> = self.parts.take_all().into_iter().flatten().collect();
+        let collected: usize = parts.iter().map(batch_bytes).sum();
+        let rows: usize = parts.iter().map(|p| p.num_rows()).sum();
+        // The concatenated copy, then the table's structures; the collected
+        // batches are returned once the copy replaced them.
+        self.memory.grow(
+            collected + JoinHashTable::structure_bytes(rows, self.track_matches),
+            "hash join table",
+        )?;
+        if rows > SPLIT_BUILD_ROWS {
+            return Ok(vec![Arc::new(LayOutBuild {
+                keys: self.keys.clone(),
+                encoder: self.encoder.clone(),
+                schema: self.schema.clone(),
+                track_matches: self.track_matches,
+                table: self.table.clone(),
+                memory: self.memory.clone(),
+                columns: (0..self.schema.fields().len())
+                    .map(|_| OnceLock::new())
+                    .collect(),
+                encoded: std::sync::Mutex::new(None),
+                rows,
+                collected,
+                input: std::sync::Mutex::new(parts),
+            })]);
+        }
+        let batch = concat_batches(&self.schema, &parts)?;
+        drop(parts);
+        self.memory.shrink(collected);
+        let keys = self.encoder.encode(eval_keys(&self.keys, &batch)?)?;
+        self.memory.grow(keys.bytes(), "hash join keys")?;
+        install(
+            &self.table,
+            JoinHashTable::new(batch, keys, self.track_matches)?,
+        )?;
+        Ok(Steps::new())
+    }
+
+    fn name(&self) -> String {
+        let k: Vec<String> = self.keys.iter().map(|e| e.to_string()).collect();
+        format!("build hash table [{}]", k.join(", "))
+    }
+}
