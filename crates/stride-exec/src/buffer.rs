@@ -13,7 +13,11 @@
 //! (where the query has a spill directory, [`crate::spill`]); the buffer
 //! remembers where each batch is, so that order by sequence number holds
 //! for spilled and kept batches alike (the query's result, made with
-//! [`Buffer::in_memory`], never spills: it is handed over in memory):
+//! [`Buffer::in_memory`], never spills: it is handed over in memory).
+//! A buffer that may spill keeps at most a [`BUFFER_SHARE`] of the query's
+//! budget in memory: it is filled while operators after it (a grace join's
+//! partition tables, a merge) still need room, and would otherwise take
+//! all of it before they run.
 //!
 //! ```text
 //!   push(seq, batch) ──charge ok──►  parts: (seq, Memory(batch))
@@ -33,6 +37,10 @@ use crate::error::Result;
 use crate::memory::{batch_bytes, QueryMemory};
 use crate::seq::MorselSeq;
 use crate::spill::{SpillFile, SpillWriter};
+
+/// The most of its query's budget a spillable buffer keeps in memory: one
+/// part in this many.
+pub const BUFFER_SHARE: usize = 4;
 
 /// Where one of a buffer's batches is.
 #[derive(Debug, Clone)]
@@ -138,7 +146,19 @@ impl Buffer {
         }
         let bytes = batch_bytes(&batch);
         let charged = if self.spillable {
-            self.memory.grow_spillable(bytes, self.label)
+            let held = self.charged.load(Ordering::Relaxed);
+            let cap = self.memory.budget() / BUFFER_SHARE;
+            if self.memory.spill().is_some() && held.saturating_add(bytes) > cap {
+                Err(crate::ExecError::MemoryExhausted {
+                    scope: crate::memory::MemoryScope::Query,
+                    what: self.label.to_string(),
+                    requested: bytes,
+                    used: held,
+                    limit: cap,
+                })
+            } else {
+                self.memory.grow_spillable(bytes, self.label)
+            }
         } else {
             self.memory.grow(bytes, self.label)
         };
@@ -250,8 +270,8 @@ mod tests {
     fn batches_past_the_share_spill_and_read_back_in_sequence_order() {
         let parent = crate::spill::tests::temp_parent("buffer");
         let area = SpillArea::new(Some(&parent));
-        // Room for two of the 8 kB batches.
-        let memory = QueryMemory::with_spill(MemoryPool::new(1 << 30), 20_000, Some(area.query()));
+        // Room for two of the 8 kB batches in the buffer's quarter.
+        let memory = QueryMemory::with_spill(MemoryPool::new(1 << 30), 80_000, Some(area.query()));
         let buffer = Buffer::new(memory.clone(), "test");
         // Pushed out of order, as workers do.
         let order = [5u64, 1, 7, 0, 3, 2, 6, 4];

@@ -285,6 +285,15 @@ pub struct Charge {
     bytes: usize,
 }
 
+impl Charge {
+    /// Charges `bytes` more to the same guard.
+    pub fn grow(&mut self, bytes: usize, what: &str) -> Result<()> {
+        self.memory.grow(bytes, what)?;
+        self.bytes += bytes;
+        Ok(())
+    }
+}
+
 impl Drop for Charge {
     fn drop(&mut self) {
         self.memory.shrink(self.bytes);

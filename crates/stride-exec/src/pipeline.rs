@@ -19,14 +19,14 @@ use crate::memory::QueryMemory;
 use crate::operator::aggregate::aggregate;
 use crate::operator::filter::FilterOperator;
 use crate::operator::hash_join::{
-    HashBuildSink, HashProbeOperator, JoinBuildScanSource, JoinModes, JoinTableInsertSink,
-    JoinTableInsertSource, KeyEncoder, SideMode,
+    BuildConfig, HashBuildSink, HashProbeOperator, JoinBuildScanSource, JoinModes,
+    JoinTableInsertSink, JoinTableInsertSource, KeyEncoder, SideMode,
 };
 use crate::operator::limit::LimitSink;
 use crate::operator::materialize::MaterializeSink;
 use crate::operator::projection::ProjectionOperator;
 use crate::operator::sort::SortSink;
-use crate::operator::{Demand, Operator, Sink};
+use crate::operator::{Deferred, Demand, Operator, Sink};
 use crate::plan::{BuildSide, PhysicalPlan};
 use crate::seq::MorselSeq;
 use crate::source::{BlockSource, Blocks, Source};
@@ -39,6 +39,25 @@ pub struct Pipeline {
     pub source: Arc<dyn Source>,
     pub operators: Vec<Arc<dyn Operator>>,
     pub sink: Arc<dyn Sink>,
+    /// What its finalization does once the source finished.
+    then: Then,
+}
+
+/// What a pipeline's finalization does after its source's finish.
+#[derive(Debug)]
+enum Then {
+    /// A compiled pipeline: its operators' deferred rows (in passes), then
+    /// the sink's finish.
+    Finish,
+    /// A run of a pass other than its last: nothing (the next run follows).
+    Nothing,
+    /// A pass's last run: the deferral's next pass; after the last pass,
+    /// the deferred rows of the operators after the deferring one (`rest`),
+    /// then the sink's finish.
+    NextPass {
+        deferred: Arc<dyn Deferred>,
+        rest: Vec<Arc<dyn Operator>>,
+    },
 }
 
 impl Pipeline {
@@ -85,6 +104,22 @@ impl Pipeline {
         })
     }
 
+    /// A compiled pipeline.
+    pub fn new(
+        id: usize,
+        source: Arc<dyn Source>,
+        operators: Vec<Arc<dyn Operator>>,
+        sink: Arc<dyn Sink>,
+    ) -> Self {
+        Pipeline {
+            id,
+            source,
+            operators,
+            sink,
+            then: Then::Finish,
+        }
+    }
+
     pub fn describe(&self) -> String {
         let mut parts = vec![self.source.name()];
         parts.extend(self.operators.iter().map(|o| o.name()));
@@ -126,7 +161,71 @@ impl TaskSetWork for Pipeline {
         // Every morsel was read: what the source held goes back first, so
         // that the sink's finish has the room.
         self.source.finish();
-        Ok(StepTaskSet::follow_ups(self.sink.finish()?))
+        Ok(match &self.then {
+            Then::Finish => drain(self.id, &self.operators, &self.sink)?,
+            Then::Nothing => FollowUps::new(),
+            Then::NextPass { deferred, rest } => {
+                next_pass(self.id, deferred, rest.clone(), &self.sink)?
+            }
+        })
+    }
+}
+
+/// What follows once every row reached `operators`: the first deferring
+/// operator's passes, or — none deferring — the sink's finish.
+fn drain(id: usize, operators: &[Arc<dyn Operator>], sink: &Arc<dyn Sink>) -> Result<FollowUps> {
+    for (k, operator) in operators.iter().enumerate() {
+        if let Some(deferred) = operator.deferred()? {
+            return next_pass(id, &deferred, operators[k + 1..].to_vec(), sink);
+        }
+    }
+    Ok(StepTaskSet::follow_ups(sink.finish()?))
+}
+
+/// The task sets of `deferred`'s next pass: its steps, then one pipeline
+/// per run, the last of which goes on to the pass after; after the last
+/// pass (or at once, if the sink needs no more rows) [`drain`] of `rest`.
+fn next_pass(
+    id: usize,
+    deferred: &Arc<dyn Deferred>,
+    rest: Vec<Arc<dyn Operator>>,
+    sink: &Arc<dyn Sink>,
+) -> Result<FollowUps> {
+    loop {
+        let pass = if sink.is_full() {
+            None
+        } else {
+            deferred.next_pass()?
+        };
+        let Some(pass) = pass else {
+            return drain(id, &rest, sink);
+        };
+        if pass.runs.is_empty() {
+            continue;
+        }
+        let mut follow_ups = StepTaskSet::follow_ups(pass.steps);
+        let last = pass.runs.len() - 1;
+        for (i, run) in pass.runs.into_iter().enumerate() {
+            follow_ups.push(Arc::new(Pipeline {
+                id,
+                source: run.source,
+                operators: run
+                    .operator
+                    .into_iter()
+                    .chain(rest.iter().cloned())
+                    .collect(),
+                sink: sink.clone(),
+                then: if i == last {
+                    Then::NextPass {
+                        deferred: deferred.clone(),
+                        rest: rest.clone(),
+                    }
+                } else {
+                    Then::Nothing
+                },
+            }));
+        }
+        return Ok(follow_ups);
     }
 }
 
@@ -146,12 +245,8 @@ struct Compiler {
 impl Compiler {
     fn close(&mut self, open: Open, sink: Arc<dyn Sink>) {
         let id = self.pipelines.len();
-        self.pipelines.push(Pipeline {
-            id,
-            source: open.source,
-            operators: open.operators,
-            sink,
-        });
+        self.pipelines
+            .push(Pipeline::new(id, open.source, open.operators, sink));
     }
 
     fn read(buffer: Arc<Buffer>, name: &str) -> Open {
@@ -232,7 +327,10 @@ impl Compiler {
                     encoder.clone(),
                     build_schema.clone(),
                     self.workers,
-                    modes.build != SideMode::None,
+                    BuildConfig {
+                        track_matches: modes.build != SideMode::None,
+                        partition_on_spill: !j.null_aware,
+                    },
                     slot.clone(),
                     self.memory.clone(),
                 );

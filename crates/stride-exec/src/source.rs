@@ -171,7 +171,7 @@ impl Source for BlockSource {
                 starts[first + 1]
             } else {
                 // Up to the next spilled block.
-                let mut end = (start + rows).min(total);
+                let mut end = start.saturating_add(rows).min(total);
                 let mut b = first + 1;
                 while b + 1 < starts.len() && starts[b] < end {
                     if layout.spilled(b) {

@@ -159,7 +159,13 @@ impl<'a> MorselSizer<'a> {
                     match self.last {
                         None => p.initial_tuples,
                         // Double while the doubled morsel is expected to fit.
-                        Some((size, t)) if t * 2 <= limit => size * 2,
+                        // (Never past what the source has left: a source
+                        // whose morsels come short and fast would otherwise
+                        // double the ask without bound.)
+                        Some((size, t)) if t * 2 <= limit => {
+                            let doubled = size.saturating_mul(2);
+                            remaining.map_or(doubled, |r| doubled.min(r.max(1)))
+                        }
                         Some((size, t)) => {
                             // Doubling stops: the last startup morsel gives the
                             // task set its first throughput estimate.
@@ -267,6 +273,31 @@ mod tests {
         // The last startup morsel gives the estimate: 10 M tuples per second.
         let t = state.throughput().unwrap();
         assert!((t - 1e7).abs() < 1.0, "{t}");
+    }
+
+    #[test]
+    fn startup_never_asks_past_what_the_source_has_left() {
+        // A source that hands out 10-tuple pieces (whole spilled batches),
+        // each in no time: the asks double, but never past the tuples left
+        // (they once doubled until they overflowed).
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        let state = MorselState::default();
+        let start = Instant::now();
+        let mut sizer = MorselSizer::starting_at(&policy, &state, T_MAX, 1, start);
+        let mut remaining = 100_000usize;
+        let mut asks = 0;
+        while let Some(n) = sizer.next_at(start, Some(remaining)) {
+            assert!(n <= remaining.max(1), "asked {n} with {remaining} left");
+            let got = n.min(10).min(remaining);
+            remaining -= got;
+            sizer.done_at(start, got);
+            asks += 1;
+            if remaining == 0 {
+                break;
+            }
+        }
+        assert_eq!(remaining, 0);
+        assert_eq!(asks, 10_000);
     }
 
     #[test]

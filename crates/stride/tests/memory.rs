@@ -1,8 +1,9 @@
-//! Memory governance over the wire: sorts, aggregates and join outputs
-//! larger than a query's share spill to disk and give the answer they give
-//! without a limit; what cannot spill (a hash join's build side, the
-//! result itself) fails alone with 53200 and hands back what it held, while
-//! other clients' queries go on; the limits are settings and a view.
+//! Memory governance over the wire: sorts, aggregates, hash joins' build
+//! sides and join outputs larger than a query's share spill to disk and
+//! give the answer they give without a limit; what cannot spill (the
+//! result itself, one partition larger than the share) fails alone with
+//! 53200 and hands back what it held, while other clients' queries go on;
+//! the limits are settings and a view.
 //!
 //! One server with TPC-H SF 0.01 under a 256 MiB server-wide limit and a
 //! 32 MiB share per query serves every test of this file, spilling into a
@@ -208,6 +209,29 @@ async fn last_spilled_bytes(client: &Client) -> i64 {
     row.get(0)
 }
 
+/// Two sessions: one with the default 32 MB share, one with `share`.
+async fn roomy_and_small(share: &str) -> (Client, Client) {
+    let small = connect().await;
+    small
+        .batch_execute(&format!("set stride.query_memory_limit = '{share}'"))
+        .await
+        .unwrap();
+    (connect().await, small)
+}
+
+/// Runs `sql` on `roomy`, then on `small`, whose share is too small for
+/// it: the same non-empty rows come back, `small`'s run spilled, and its
+/// files are gone. `roomy`'s run is its last query afterwards.
+async fn spills_with_the_same_rows(roomy: &Client, small: &Client, sql: &str) {
+    let got = rows(small, sql).await;
+    let spilled = last_spilled_bytes(small).await;
+    assert!(spilled > 0, "{sql}: spilled {spilled}");
+    spill_area_is_empty();
+    let expected = rows(roomy, sql).await;
+    assert!(!expected.is_empty(), "{sql}");
+    assert_eq!(got, expected, "{sql}");
+}
+
 /// A big sort, a big GROUP BY, a join whose output is materialized and a
 /// join feeding a sort: ~1-8 MB of state each, small results.
 const SPILLERS: [&str; 4] = [
@@ -226,21 +250,10 @@ const SPILLERS: [&str; 4] = [
 fn sorts_aggregates_and_joins_past_their_share_spill_and_give_the_same_rows() {
     let _turn = turn();
     runtime().block_on(async {
-        let roomy = connect().await;
-        let small = connect().await;
-        small
-            .batch_execute("set stride.query_memory_limit = '1MB'")
-            .await
-            .unwrap();
+        let (roomy, small) = roomy_and_small("1MB").await;
         for sql in SPILLERS {
-            let expected = rows(&roomy, sql).await;
-            assert!(!expected.is_empty(), "{sql}");
+            spills_with_the_same_rows(&roomy, &small, sql).await;
             assert_eq!(last_spilled_bytes(&roomy).await, 0, "within 32 MB: {sql}");
-            let got = rows(&small, sql).await;
-            assert_eq!(got, expected, "{sql}");
-            let spilled = last_spilled_bytes(&small).await;
-            assert!(spilled > 0, "{sql}: spilled {spilled}");
-            spill_area_is_empty();
         }
         let row = roomy
             .query_one("select spilled_bytes, temp_bytes from stride.memory", &[])
@@ -248,6 +261,63 @@ fn sorts_aggregates_and_joins_past_their_share_spill_and_give_the_same_rows() {
             .unwrap();
         assert!(row.get::<_, i64>(0) > 0);
         assert_eq!(row.get::<_, i64>(1), 0);
+    });
+    pool_returns_to_empty();
+    spill_area_is_empty();
+}
+
+/// Hash joins whose build side (SF 0.01 `lineitem` with its comments,
+/// several MB) is larger than a 1 MB share: inner joins on one, two and
+/// string keys, with a non-equi condition, outer joins on both sides,
+/// semi and anti joins, joins feeding an aggregate — and TPC-H Q9, Q18 and
+/// Q21 at shares small enough that they spill (at SF 0.01).
+const GRACE_JOINS: [&str; 9] = [
+    "select count(*), sum(a.l_quantity), sum(length(b.l_comment)) from lineitem a \
+     join lineitem b on a.l_orderkey = b.l_orderkey and a.l_linenumber = b.l_linenumber",
+    "select count(*), min(a.l_orderkey), max(b.l_orderkey) from lineitem a \
+     join lineitem b on a.l_comment = b.l_comment",
+    "select count(*), sum(b.l_linenumber) from lineitem a \
+     join lineitem b on a.l_orderkey = b.l_orderkey and a.l_linenumber < b.l_linenumber \
+     and a.l_comment <> b.l_comment",
+    "select count(*), count(b.l_orderkey), count(a.l_orderkey) from \
+     (select * from lineitem where l_linenumber <= 5) a \
+     full join (select * from lineitem where l_linenumber >= 3) b \
+     on a.l_orderkey = b.l_orderkey and a.l_linenumber = b.l_linenumber \
+     and a.l_comment like '%a%'",
+    "select count(*), count(b.l_comment) from orders \
+     left join (select * from lineitem where l_linenumber = 2) b on o_orderkey = b.l_orderkey",
+    "select count(*), count(o_orderkey) from lineitem \
+     right join (select * from orders where o_orderkey % 3 = 0) o on o_orderkey = l_orderkey",
+    "select count(*), sum(o_totalprice) from orders where exists \
+     (select 1 from lineitem where l_orderkey = o_orderkey and l_comment like '%ly%')",
+    "select count(*), sum(o_totalprice) from orders where not exists \
+     (select 1 from lineitem where l_orderkey = o_orderkey and l_comment like '%ly%')",
+    "select a.l_returnflag, b.l_linestatus, count(*), sum(a.l_extendedprice) \
+     from lineitem a join lineitem b on a.l_orderkey = b.l_orderkey \
+     and a.l_linenumber = b.l_linenumber group by 1, 2 order by 1, 2",
+];
+
+#[test]
+fn hash_joins_past_their_share_partition_to_disk_and_give_the_same_rows() {
+    let _turn = turn();
+    runtime().block_on(async {
+        let (roomy, small) = roomy_and_small("1MB").await;
+        for sql in GRACE_JOINS {
+            spills_with_the_same_rows(&roomy, &small, sql).await;
+            assert_eq!(last_spilled_bytes(&roomy).await, 0, "within 32 MB: {sql}");
+        }
+        for (q, share) in [("q9", "512kB"), ("q18", "512kB"), ("q21", "128kB")] {
+            small
+                .batch_execute(&format!("set stride.query_memory_limit = '{share}'"))
+                .await
+                .unwrap();
+            let sql = std::fs::read_to_string(format!(
+                "{}/../../queries/tpch/{q}.sql",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            spills_with_the_same_rows(&roomy, &small, &sql).await;
+        }
     });
     pool_returns_to_empty();
     spill_area_is_empty();
@@ -262,10 +332,12 @@ fn what_cannot_spill_fails_with_53200_and_runs_again_within_its_share() {
             .batch_execute("set stride.query_memory_limit = '64kB'")
             .await
             .unwrap();
-        // A hash join's build side stays in memory.
-        let join = "select count(*) from lineitem join orders on l_orderkey = o_orderkey";
+        // A hash join's build side goes to partitions on disk, but one
+        // partition of this one is still larger than the share.
+        let join = "select count(*), max(a.l_comment) from lineitem a \
+                    join lineitem b on a.l_comment = b.l_comment";
         let message = fails_with(&client, join, "53200").await;
-        assert!(message.contains("hash join"), "{message}");
+        assert!(message.contains("grace hash join partition"), "{message}");
         // The result is handed over in memory.
         let message = fails_with(&client, "select l_comment from lineitem", "53200").await;
         assert!(message.contains("query result"), "{message}");
@@ -289,7 +361,7 @@ fn what_cannot_spill_fails_with_53200_and_runs_again_within_its_share() {
             groups as i64,
             count(&client, "select count(*) from lineitem").await
         );
-        assert_eq!(count(&client, join).await, 60175);
+        assert!(count(&client, join).await >= 60175);
     });
     pool_returns_to_empty();
     spill_area_is_empty();

@@ -18,11 +18,13 @@ pub mod projection;
 pub mod sort;
 
 use std::fmt;
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 
 use crate::error::Result;
 use crate::seq::MorselSeq;
+use crate::source::Source;
 use crate::step::Steps;
 
 /// Whether the rest of a pipeline takes more rows from an operator.
@@ -44,7 +46,47 @@ pub trait Operator: Send + Sync + fmt::Debug {
     /// be far larger than its input (a join). Stops early on
     /// [`Demand::Enough`]. `worker` addresses per-worker state, if any.
     fn process(&self, batch: RecordBatch, worker: usize, emit: &mut Emit<'_>) -> Result<()>;
+    /// Rows this operator set aside instead of processing them (a grace
+    /// hash join whose build side went to disk), taken once after every
+    /// row of its input reached it; the pipeline runs them in passes
+    /// before its sink finishes (see [`Deferred`]).
+    fn deferred(&self) -> Result<Option<Arc<dyn Deferred>>> {
+        Ok(None)
+    }
     fn name(&self) -> String;
+}
+
+/// Rows an operator deferred until its input was exhausted, handed back
+/// in passes. A pass first runs its `steps` (loading what the pass needs,
+/// e.g. one partition's build side), then each of its `runs` in order:
+/// the run's source feeds its operator, which takes the deferring
+/// operator's place for the pass (none: the rows enter after it), and
+/// everything after the deferring operator, into the pipeline's sink.
+///
+/// ```text
+///   pipeline:  source ─► a ─► join ─► b ─► sink        join defers rows
+///   pass n:    [steps] ; run source ─► join_n ─► b ─► sink ; …
+///   after the last pass: b's deferred rows, if any; then sink.finish
+/// ```
+pub trait Deferred: Send + Sync + fmt::Debug {
+    /// The next pass, or `None` once every pass ran. Called from
+    /// finalizations, each after the previous pass's last run.
+    fn next_pass(&self) -> Result<Option<Pass>>;
+}
+
+/// One pass over deferred rows (see [`Deferred`]).
+#[derive(Debug)]
+pub struct Pass {
+    pub steps: Steps,
+    pub runs: Vec<PassRun>,
+}
+
+/// One run of a pass: a source, and the operator its rows enter.
+#[derive(Debug)]
+pub struct PassRun {
+    pub source: Arc<dyn Source>,
+    /// In place of the deferring operator; `None`: the rows enter after it.
+    pub operator: Option<Arc<dyn Operator>>,
 }
 
 /// The end of a pipeline.

@@ -1,11 +1,12 @@
 //! The build side: collecting it, laying it out, allocating the table.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
 
+use super::grace::GraceJoin;
 use super::keys::{eval_keys, KeyEncoder, Keys};
 use super::table::{HashTableSlot, JoinHashTable};
 use crate::error::{ExecError, Result};
@@ -15,17 +16,35 @@ use crate::plan::ExprRef;
 use crate::seq::MorselSeq;
 use crate::step::{SplitStep, Steps};
 
+/// What a hash build keeps beyond its rows, and where they may go.
+#[derive(Debug, Clone, Copy)]
+pub struct BuildConfig {
+    /// Keep a match bit per build row (build-side outer, semi, anti joins).
+    pub track_matches: bool,
+    /// Where the query's memory share cannot hold the build side and the
+    /// query may spill, write it to disk in partitions (a grace join, see
+    /// `grace`). Not for joins whose probe needs every build row at once
+    /// (`NOT IN`); joins without keys are never partitioned.
+    pub partition_on_spill: bool,
+}
+
 /// Collects the build side; when finalized, concatenates it, encodes its keys
-/// and allocates the table (which the insert pipeline then links).
+/// and allocates the table (which the insert pipeline then links) — or,
+/// where the rows do not fit the query's share, writes them to partitions
+/// on disk and installs an empty table that says so.
 #[derive(Debug)]
 pub struct HashBuildSink {
     keys: Vec<ExprRef>,
     encoder: Arc<KeyEncoder>,
     schema: SchemaRef,
     parts: PerWorker<Vec<RecordBatch>>,
-    track_matches: bool,
+    config: BuildConfig,
     table: HashTableSlot,
     memory: Arc<QueryMemory>,
+    /// The partitions, once a charge was refused (set once, under
+    /// `partitioning`).
+    grace: OnceLock<Arc<GraceJoin>>,
+    partitioning: Mutex<()>,
 }
 
 impl HashBuildSink {
@@ -34,7 +53,7 @@ impl HashBuildSink {
         encoder: Arc<KeyEncoder>,
         schema: SchemaRef,
         workers: usize,
-        track_matches: bool,
+        config: BuildConfig,
         table: HashTableSlot,
         memory: Arc<QueryMemory>,
     ) -> Self {
@@ -43,10 +62,67 @@ impl HashBuildSink {
             encoder,
             schema: crate::nullable_schema(&schema),
             parts: PerWorker::new(workers),
-            track_matches,
+            config,
             table,
             memory,
+            grace: OnceLock::new(),
+            partitioning: Mutex::new(()),
         }
+    }
+
+    /// Whether a refused charge of this build partitions it.
+    fn partitionable(&self) -> bool {
+        self.config.partition_on_spill && !self.keys.is_empty()
+    }
+
+    /// Answers the refused charge `refused`: switches the build to
+    /// partitions on disk (where it may) and moves every batch collected so
+    /// far there, returning its charge; otherwise the refusal stands.
+    fn partition(&self, refused: ExecError) -> Result<&Arc<GraceJoin>> {
+        if !self.partitionable() {
+            return Err(refused);
+        }
+        let spill = self.memory.spill_for(refused)?;
+        let grace = {
+            let _only_one = self.partitioning.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(grace) = self.grace.get() {
+                return Ok(grace);
+            }
+            let grace = Arc::new(GraceJoin::new(
+                self.schema.clone(),
+                self.keys.clone(),
+                self.encoder.clone(),
+                self.config.track_matches,
+                spill.clone(),
+                self.memory.clone(),
+            ));
+            self.grace.get_or_init(|| grace)
+        };
+        self.move_collected(grace)?;
+        Ok(grace)
+    }
+
+    /// Writes the batches the workers collected to `grace`'s partitions
+    /// and returns their charge.
+    fn move_collected(&self, grace: &GraceJoin) -> Result<()> {
+        for batch in self.parts.take_all().into_iter().flatten() {
+            grace.write_build(&batch)?;
+            self.memory.shrink(batch_bytes(&batch));
+        }
+        Ok(())
+    }
+
+    /// The finish of a partitioned build: every batch on disk, the empty
+    /// table that points probes to the partitions in the slot.
+    fn finish_partitioned(&self, grace: &Arc<GraceJoin>) -> Result<Steps> {
+        // Batches a worker kept while another switched to partitions.
+        self.move_collected(grace)?;
+        grace.seal_build()?;
+        install(
+            &self.table,
+            JoinHashTable::partitioned(self.schema.clone(), grace.clone())?,
+        )?;
+        Ok(Steps::new())
     }
 }
 
@@ -168,28 +244,48 @@ impl Sink for HashBuildSink {
             batch.columns().to_vec(),
             &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?;
-        self.memory
-            .grow(batch_bytes(&batch), "hash join build side")?;
-        self.parts.with(worker, |p| p.push(batch));
-        Ok(())
+        if let Some(grace) = self.grace.get() {
+            return grace.write_build(&batch);
+        }
+        let bytes = batch_bytes(&batch);
+        let charged = if self.partitionable() {
+            self.memory.grow_spillable(bytes, "hash join build side")
+        } else {
+            self.memory.grow(bytes, "hash join build side")
+        };
+        match charged {
+            Ok(()) => {
+                self.parts.with(worker, |p| p.push(batch));
+                Ok(())
+            }
+            Err(refused) => self.partition(refused)?.write_build(&batch),
+        }
     }
 
     fn finish(&self) -> Result<Steps> {
+        if let Some(grace) = self.grace.get() {
+            return self.finish_partitioned(grace);
+        }
         let parts: Vec<RecordBatch> = self.parts.take_all().into_iter().flatten().collect();
         let collected: usize = parts.iter().map(batch_bytes).sum();
         let rows: usize = parts.iter().map(|p| p.num_rows()).sum();
         // The concatenated copy, then the table's structures; the collected
-        // batches are returned once the copy replaced them.
-        self.memory.grow(
-            collected + JoinHashTable::structure_bytes(rows, self.track_matches),
+        // batches are returned once the copy replaced them. Where there is
+        // no room for them, the build goes to partitions after all.
+        if let Err(refused) = self.memory.grow(
+            collected + JoinHashTable::structure_bytes(rows, self.config.track_matches),
             "hash join table",
-        )?;
+        ) {
+            self.parts.with(0, |p| p.extend(parts));
+            let grace = self.partition(refused)?.clone();
+            return self.finish_partitioned(&grace);
+        }
         if rows > SPLIT_BUILD_ROWS {
             return Ok(vec![Arc::new(LayOutBuild {
                 keys: self.keys.clone(),
                 encoder: self.encoder.clone(),
                 schema: self.schema.clone(),
-                track_matches: self.track_matches,
+                track_matches: self.config.track_matches,
                 table: self.table.clone(),
                 memory: self.memory.clone(),
                 columns: (0..self.schema.fields().len())
@@ -208,7 +304,7 @@ impl Sink for HashBuildSink {
         self.memory.grow(keys.bytes(), "hash join keys")?;
         install(
             &self.table,
-            JoinHashTable::new(batch, keys, self.track_matches)?,
+            JoinHashTable::new(batch, keys, self.config.track_matches)?,
         )?;
         Ok(Steps::new())
     }

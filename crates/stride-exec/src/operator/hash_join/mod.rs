@@ -71,15 +71,19 @@
 //! * `table` — [`JoinHashTable`] and the insert pipeline that links its chains;
 //! * `build` — [`HashBuildSink`] and its split layout step;
 //! * `probe` — [`HashProbeOperator`] and its bounded chunks;
-//! * `scan` — [`JoinBuildScanSource`], the build-side pass.
+//! * `scan` — [`JoinBuildScanSource`], the build-side pass;
+//! * `grace` — the grace join: build and probe rows in partitions on disk
+//!   where the build side does not fit the query's memory share.
 
 mod build;
+mod grace;
 mod keys;
 mod probe;
 mod scan;
 mod table;
 
-pub use build::{HashBuildSink, SPLIT_BUILD_ROWS};
+pub use build::{BuildConfig, HashBuildSink, SPLIT_BUILD_ROWS};
+pub use grace::{FLUSH_ROWS, GRACE_PARTITIONS};
 pub use keys::KeyEncoder;
 pub use probe::HashProbeOperator;
 pub use scan::JoinBuildScanSource;

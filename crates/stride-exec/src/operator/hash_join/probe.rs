@@ -7,16 +7,19 @@ use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, RecordBatchOptions
 use arrow::compute::{filter_record_batch, take};
 use arrow::datatypes::SchemaRef;
 
+use super::grace::GracePasses;
 use super::keys::{eval_keys, KeyEncoder, Keys};
+use super::scan::JoinBuildScanSource;
 use super::table::{HashTableSlot, JoinHashTable, ProbeCursor, CHUNK_PAIRS};
 use super::{JoinModes, SideMode};
 use crate::error::{ExecError, Result};
 use crate::memory::{batch_bytes, QueryMemory};
-use crate::operator::{Demand, Emit, Operator};
+use crate::operator::{Deferred, Demand, Emit, Operator};
 use crate::plan::{BuildSide, ExprRef};
 
-/// Probes the hash table with each batch.
-#[derive(Debug)]
+/// Probes the hash table with each batch; where the build side went to
+/// disk (a grace join), sets the batch aside in its partitions instead.
+#[derive(Debug, Clone)]
 pub struct HashProbeOperator {
     keys: Vec<ExprRef>,
     encoder: Arc<KeyEncoder>,
@@ -59,6 +62,43 @@ impl HashProbeOperator {
             joined_schema: crate::nullable_schema(&joined_schema),
             memory,
         }
+    }
+
+    pub(super) fn modes(&self) -> JoinModes {
+        self.modes
+    }
+
+    /// The same probe of another table (a grace join's partition).
+    pub(super) fn with_table(&self, table: HashTableSlot) -> Self {
+        HashProbeOperator {
+            table,
+            ..self.clone()
+        }
+    }
+
+    /// The build-side pass over `table`, a build side of `build_columns`
+    /// columns probed by this operator.
+    pub(super) fn build_pass(
+        &self,
+        table: HashTableSlot,
+        build_columns: usize,
+    ) -> Result<JoinBuildScanSource> {
+        let fields = self.joined_schema.fields();
+        let probe_fields = match self.build_side {
+            BuildSide::Left => fields.get(build_columns..),
+            BuildSide::Right => fields
+                .len()
+                .checked_sub(build_columns)
+                .map(|n| &fields[..n]),
+        }
+        .ok_or_else(|| ExecError::Internal("join schema narrower than its build side".into()))?;
+        Ok(JoinBuildScanSource::new(
+            table,
+            self.modes.build,
+            self.build_side,
+            probe_fields.iter().map(|f| f.data_type().clone()).collect(),
+            self.schema.clone(),
+        ))
     }
 
     /// Gathers `left ++ right` rows for index pairs (build indices may be NULL).
@@ -267,6 +307,10 @@ impl Operator for HashProbeOperator {
             .ok_or_else(|| ExecError::Internal("probe before the hash table was built".into()))?;
         let n = batch.num_rows();
         let keys = self.encoder.encode(eval_keys(&self.keys, &batch)?)?;
+        if let Some(grace) = &table.partitioned {
+            let needs_match = matches!(self.modes.probe, SideMode::None | SideMode::Semi);
+            return grace.defer_probe(&batch, &keys, needs_match);
+        }
         // Per-row decisions (probe-side outer, semi, anti) need all of a
         // row's pairs in one chunk.
         let whole_rows = self.modes.probe != SideMode::None;
@@ -290,6 +334,13 @@ impl Operator for HashProbeOperator {
             }
         }
         Ok(())
+    }
+
+    fn deferred(&self) -> Result<Option<Arc<dyn Deferred>>> {
+        match self.table.get().and_then(|t| t.partitioned.clone()) {
+            Some(grace) => Ok(Some(Arc::new(GracePasses::new(grace, self.clone())?))),
+            None => Ok(None),
+        }
     }
 
     fn name(&self) -> String {

@@ -22,6 +22,9 @@ pub struct JoinBuildScanSource {
     /// Types of the probe side's columns (NULL padding for outer joins).
     probe_types: Vec<DataType>,
     schema: SchemaRef,
+    /// The pass whose rows these are ([`MorselSeq::in_pass`]; 0 for a
+    /// compiled pipeline, a grace join's partition pass otherwise).
+    pass: u32,
     /// Build rows handed out so far (Relaxed: only the returned range is used).
     cursor: AtomicUsize,
 }
@@ -40,8 +43,14 @@ impl JoinBuildScanSource {
             build_side,
             probe_types,
             schema: crate::nullable_schema(&schema),
+            pass: 0,
             cursor: AtomicUsize::new(0),
         }
+    }
+
+    /// The same pass numbered as rows of the `pass`-th deferred pass.
+    pub fn in_pass(self, pass: u32) -> Self {
+        JoinBuildScanSource { pass, ..self }
     }
 }
 
@@ -54,7 +63,7 @@ impl Source for JoinBuildScanSource {
         if start >= total {
             return Ok(None);
         }
-        let end = (start + rows).min(total);
+        let end = start.saturating_add(rows).min(total);
         let want_matched = self.mode == SideMode::Semi;
         let keep: BooleanArray = (start..end)
             .map(|r| Some(table.is_matched(r) == want_matched))
@@ -77,7 +86,7 @@ impl Source for JoinBuildScanSource {
             &RecordBatchOptions::new().with_row_count(Some(m)),
         )?;
         Ok(Some(Morsel {
-            slices: vec![(MorselSeq::at(start as u64), out)],
+            slices: vec![(MorselSeq::at(start as u64).in_pass(self.pass), out)],
         }))
     }
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 
+use super::grace::GraceJoin;
 use super::keys::Keys;
 use crate::error::{ExecError, Result};
 use crate::operator::Sink;
@@ -42,6 +43,9 @@ pub struct JoinHashTable {
     pub(super) matched: Vec<AtomicU64>,
     /// Build rows whose key is NULL (for `NOT IN` semantics), ascending.
     pub(super) null_rows: Vec<u32>,
+    /// Where the build side went instead, when it did not fit the query's
+    /// memory (a grace join: the table itself is then empty).
+    pub(super) partitioned: Option<Arc<GraceJoin>>,
 }
 
 impl JoinHashTable {
@@ -75,10 +79,32 @@ impl JoinHashTable {
             ready: AtomicBool::new(false),
             matched,
             null_rows,
+            partitioned: None,
         };
         if table.pipeline_rows == 0 {
             table.insert((0..n as u32).rev());
         }
+        Ok(table)
+    }
+
+    /// A table with every row linked and ready for probes (a grace join's
+    /// partition, loaded in one step).
+    pub(super) fn linked(batch: RecordBatch, keys: Keys, track_matches: bool) -> Result<Self> {
+        let mut table = Self::new(batch, keys, track_matches)?;
+        if table.pipeline_rows > 0 {
+            table.insert((0..table.pipeline_rows as u32).rev());
+            table.pipeline_rows = 0;
+        }
+        *table.ready.get_mut() = true;
+        Ok(table)
+    }
+
+    /// The empty table of a build side that went to `grace`'s partitions:
+    /// nothing to link, nothing for the build-side pass; probes defer
+    /// their rows to the partitions.
+    pub(super) fn partitioned(schema: SchemaRef, grace: Arc<GraceJoin>) -> Result<Self> {
+        let mut table = Self::new(RecordBatch::new_empty(schema), Keys::Empty, false)?;
+        table.partitioned = Some(grace);
         Ok(table)
     }
 
@@ -251,7 +277,7 @@ impl Source for JoinTableInsertSource {
         if start >= total {
             return Ok(None);
         }
-        let end = (start + rows.max(1)).min(total);
+        let end = start.saturating_add(rows.max(1)).min(total);
         // Counted from the end: this morsel holds rows [total-end, total-start).
         let (lo, hi) = ((total - end) as u32, (total - start) as u32);
         let batch = RecordBatch::try_new(

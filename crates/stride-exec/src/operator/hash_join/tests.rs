@@ -335,7 +335,10 @@ fn a_large_build_side_is_laid_out_by_a_split_step() {
             encoder.clone(),
             schema.clone(),
             2,
-            true,
+            BuildConfig {
+                track_matches: true,
+                partition_on_spill: true,
+            },
             slot.clone(),
             QueryMemory::unbounded(),
         );
