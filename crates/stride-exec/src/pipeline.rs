@@ -8,7 +8,7 @@
 //! task sets of the query's resource group.
 
 use std::cell::Cell;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use stride_sched::{FollowUps, TaskContext, TaskError, TaskOutcome, TaskSetWork};
@@ -18,16 +18,12 @@ use crate::error::{ExecError, Result};
 use crate::memory::QueryMemory;
 use crate::operator::aggregate::aggregate;
 use crate::operator::filter::FilterOperator;
-use crate::operator::hash_join::{
-    BuildConfig, HashBuildSink, HashProbeOperator, JoinBuildScanSource, JoinModes,
-    JoinTableInsertSink, JoinTableInsertSource, KeyEncoder, SideMode,
-};
 use crate::operator::limit::LimitSink;
 use crate::operator::materialize::MaterializeSink;
 use crate::operator::projection::ProjectionOperator;
 use crate::operator::sort::SortSink;
 use crate::operator::{Deferred, Demand, Operator, Sink};
-use crate::plan::{BuildSide, PhysicalPlan};
+use crate::plan::PhysicalPlan;
 use crate::seq::MorselSeq;
 use crate::source::{BlockSource, Blocks, Source};
 use crate::step::StepTaskSet;
@@ -230,26 +226,30 @@ fn next_pass(
 }
 
 /// A pipeline under construction: its source and operators so far.
-struct Open {
-    source: Arc<dyn Source>,
-    operators: Vec<Arc<dyn Operator>>,
+pub(crate) struct Open {
+    pub(crate) source: Arc<dyn Source>,
+    pub(crate) operators: Vec<Arc<dyn Operator>>,
 }
 
-struct Compiler {
-    workers: usize,
+/// Cuts a plan into pipelines. Operator modules whose operator spans
+/// several pipelines wire them themselves through `compile` (an input's
+/// open pipeline), `close` (end a pipeline with a sink) and `read` (a new
+/// pipeline over a buffer), e.g. `operator::hash_join::wire`.
+pub(crate) struct Compiler {
+    pub(crate) workers: usize,
     pipelines: Vec<Pipeline>,
     /// The query's memory account, charged by every breaker and buffer.
-    memory: Arc<QueryMemory>,
+    pub(crate) memory: Arc<QueryMemory>,
 }
 
 impl Compiler {
-    fn close(&mut self, open: Open, sink: Arc<dyn Sink>) {
+    pub(crate) fn close(&mut self, open: Open, sink: Arc<dyn Sink>) {
         let id = self.pipelines.len();
         self.pipelines
             .push(Pipeline::new(id, open.source, open.operators, sink));
     }
 
-    fn read(buffer: Arc<Buffer>, name: &str) -> Open {
+    pub(crate) fn read(buffer: Arc<Buffer>, name: &str) -> Open {
         Open {
             source: Arc::new(BlockSource::new(Blocks::Buffer {
                 name: name.to_string(),
@@ -259,7 +259,7 @@ impl Compiler {
         }
     }
 
-    fn compile(&mut self, plan: &PhysicalPlan) -> Result<Open> {
+    pub(crate) fn compile(&mut self, plan: &PhysicalPlan) -> Result<Open> {
         Ok(match plan {
             PhysicalPlan::Scan {
                 table, projection, ..
@@ -296,111 +296,7 @@ impl Compiler {
                 )));
                 open
             }
-            PhysicalPlan::HashJoin(j) => {
-                let modes = JoinModes::new(j.join_type, j.build_side)?;
-                let (build, probe, build_keys, probe_keys) = match j.build_side {
-                    BuildSide::Left => (
-                        &j.left,
-                        &j.right,
-                        j.on.iter().map(|(l, _)| l.clone()).collect::<Vec<_>>(),
-                        j.on.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(),
-                    ),
-                    BuildSide::Right => (
-                        &j.right,
-                        &j.left,
-                        j.on.iter().map(|(_, r)| r.clone()).collect(),
-                        j.on.iter().map(|(l, _)| l.clone()).collect(),
-                    ),
-                };
-                let build_schema = build.schema();
-                let probe_schema = probe.schema();
-                let key_types = build_keys
-                    .iter()
-                    .map(|k| k.data_type(&build_schema))
-                    .collect::<datafusion_common::Result<Vec<_>>>()?;
-                let encoder = Arc::new(KeyEncoder::new(key_types, j.null_equals_null)?);
-                let slot = Arc::new(OnceLock::new());
-
-                let build_open = self.compile(build)?;
-                let build_sink = HashBuildSink::new(
-                    build_keys,
-                    encoder.clone(),
-                    build_schema.clone(),
-                    self.workers,
-                    BuildConfig {
-                        track_matches: modes.build != SideMode::None,
-                        partition_on_spill: !j.null_aware,
-                    },
-                    slot.clone(),
-                    self.memory.clone(),
-                );
-                self.close(build_open, Arc::new(build_sink));
-                // Linking the rows into bucket chains is a pipeline of its
-                // own, so that it is split into morsels like any other work.
-                self.close(
-                    Open {
-                        source: Arc::new(JoinTableInsertSource::new(slot.clone())),
-                        operators: Vec::new(),
-                    },
-                    Arc::new(JoinTableInsertSink::new(slot.clone())),
-                );
-
-                let joined_schema = {
-                    let (l, r) = (j.left.schema(), j.right.schema());
-                    let fields: Vec<_> = l.fields().iter().chain(r.fields()).cloned().collect();
-                    Arc::new(arrow::datatypes::Schema::new(fields))
-                };
-                let mut open = self.compile(probe)?;
-                open.operators.push(Arc::new(HashProbeOperator::new(
-                    probe_keys,
-                    encoder,
-                    slot.clone(),
-                    modes,
-                    j.build_side,
-                    j.filter.clone(),
-                    j.null_aware,
-                    j.schema.clone(),
-                    joined_schema,
-                    self.memory.clone(),
-                )));
-                if modes.build == SideMode::None {
-                    open
-                } else {
-                    // The probe pipeline and the build-side pass both feed one buffer.
-                    let buffer = Arc::new(Buffer::new(self.memory.clone(), "join output"));
-                    self.close(
-                        open,
-                        Arc::new(MaterializeSink::new(
-                            buffer.clone(),
-                            0,
-                            "materialize join output",
-                        )),
-                    );
-                    let pass = Open {
-                        source: Arc::new(JoinBuildScanSource::new(
-                            slot,
-                            modes.build,
-                            j.build_side,
-                            probe_schema
-                                .fields()
-                                .iter()
-                                .map(|f| f.data_type().clone())
-                                .collect(),
-                            j.schema.clone(),
-                        )),
-                        operators: Vec::new(),
-                    };
-                    self.close(
-                        pass,
-                        Arc::new(MaterializeSink::new(
-                            buffer.clone(),
-                            1,
-                            "materialize join output",
-                        )),
-                    );
-                    Self::read(buffer, "join output")
-                }
-            }
+            PhysicalPlan::HashJoin(j) => crate::operator::hash_join::wire(self, j)?,
             PhysicalPlan::Aggregate {
                 input,
                 group_by,

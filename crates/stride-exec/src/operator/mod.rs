@@ -109,12 +109,22 @@ pub trait Sink: Send + Sync + fmt::Debug {
 
 /// Per-worker slots, each behind its own (uncontended) mutex: worker `i` only
 /// locks slot `i` while the pipeline runs; `finish` locks them all once.
+/// Each slot sits on cache lines of its own, so that one worker's locking
+/// never invalidates the line another worker's slot is on.
 #[derive(Debug)]
 pub struct PerWorker<T> {
-    slots: Vec<std::sync::Mutex<T>>,
+    slots: Vec<CacheAligned<std::sync::Mutex<T>>>,
 }
 
+/// A value aligned to (and so alone on) a 128-byte line pair: adjacent
+/// lines are prefetched together on x86-64, and 128 bytes is Apple
+/// silicon's line size.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct CacheAligned<T>(T);
+
 impl<T: Default> PerWorker<T> {
+    /// Slots for workers `0..workers` (the scheduler's worker count).
     pub fn new(workers: usize) -> Self {
         PerWorker {
             slots: (0..workers.max(1)).map(|_| Default::default()).collect(),
@@ -123,9 +133,18 @@ impl<T: Default> PerWorker<T> {
 }
 
 impl<T> PerWorker<T> {
+    /// Runs `f` on worker `worker`'s slot. A worker index past the slots
+    /// is a broken invariant (the pipeline was compiled for fewer workers
+    /// than run it) and panics, failing the query, rather than sharing a
+    /// slot.
     pub fn with<R>(&self, worker: usize, f: impl FnOnce(&mut T) -> R) -> R {
-        let slot = &self.slots[worker % self.slots.len()];
-        f(&mut slot.lock().unwrap_or_else(|e| e.into_inner()))
+        let Some(slot) = self.slots.get(worker) else {
+            panic!(
+                "worker {worker} has no slot: state was made for {} workers",
+                self.slots.len()
+            );
+        };
+        f(&mut slot.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Takes every slot's contents.
@@ -135,7 +154,7 @@ impl<T> PerWorker<T> {
     {
         self.slots
             .iter()
-            .map(|s| std::mem::take(&mut *s.lock().unwrap_or_else(|e| e.into_inner())))
+            .map(|s| std::mem::take(&mut *s.0.lock().unwrap_or_else(|e| e.into_inner())))
             .collect()
     }
 }

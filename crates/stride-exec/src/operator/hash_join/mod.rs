@@ -72,6 +72,7 @@
 //! * `build` — [`HashBuildSink`] and its split layout step;
 //! * `probe` — [`HashProbeOperator`] and its bounded chunks;
 //! * `scan` — [`JoinBuildScanSource`], the build-side pass;
+//! * `wiring` — how a join is cut into pipelines;
 //! * `grace` — the grace join: build and probe rows in partitions on disk
 //!   where the build side does not fit the query's memory share.
 
@@ -81,6 +82,7 @@ mod keys;
 mod probe;
 mod scan;
 mod table;
+mod wiring;
 
 pub use build::{BuildConfig, HashBuildSink, SPLIT_BUILD_ROWS};
 pub use grace::{FLUSH_ROWS, GRACE_PARTITIONS};
@@ -91,6 +93,7 @@ pub use table::{
     HashTableSlot, JoinHashTable, JoinTableInsertSink, JoinTableInsertSource, CHUNK_PAIRS,
     INLINE_INSERT_ROWS,
 };
+pub(crate) use wiring::wire;
 
 use datafusion_expr::JoinType;
 
