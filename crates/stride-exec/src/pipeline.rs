@@ -11,7 +11,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use stride_sched::{FollowUps, TaskContext, TaskError, TaskOutcome, TaskSetWork};
+use stride_sched::{FinalizeContext, FollowUps, TaskContext, TaskError, TaskOutcome, TaskSetWork};
 
 use crate::buffer::Buffer;
 use crate::error::{ExecError, Result};
@@ -153,15 +153,15 @@ impl TaskSetWork for Pipeline {
         }
     }
 
-    fn finalize(&self) -> Result<FollowUps, TaskError> {
+    fn finalize(&self, cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
         // Every morsel was read: what the source held goes back first, so
         // that the sink's finish has the room.
         self.source.finish();
         Ok(match &self.then {
-            Then::Finish => drain(self.id, &self.operators, &self.sink)?,
+            Then::Finish => drain(self.id, &self.operators, &self.sink, cx)?,
             Then::Nothing => FollowUps::new(),
             Then::NextPass { deferred, rest } => {
-                next_pass(self.id, deferred, rest.clone(), &self.sink)?
+                next_pass(self.id, deferred, rest.clone(), &self.sink, cx)?
             }
         })
     }
@@ -169,13 +169,18 @@ impl TaskSetWork for Pipeline {
 
 /// What follows once every row reached `operators`: the first deferring
 /// operator's passes, or — none deferring — the sink's finish.
-fn drain(id: usize, operators: &[Arc<dyn Operator>], sink: &Arc<dyn Sink>) -> Result<FollowUps> {
+fn drain(
+    id: usize,
+    operators: &[Arc<dyn Operator>],
+    sink: &Arc<dyn Sink>,
+    cx: &FinalizeContext<'_>,
+) -> Result<FollowUps> {
     for (k, operator) in operators.iter().enumerate() {
         if let Some(deferred) = operator.deferred()? {
-            return next_pass(id, &deferred, operators[k + 1..].to_vec(), sink);
+            return next_pass(id, &deferred, operators[k + 1..].to_vec(), sink, cx);
         }
     }
-    Ok(StepTaskSet::follow_ups(sink.finish()?))
+    Ok(StepTaskSet::follow_ups(sink.finish(cx)?))
 }
 
 /// The task sets of `deferred`'s next pass: its steps, then one pipeline
@@ -186,6 +191,7 @@ fn next_pass(
     deferred: &Arc<dyn Deferred>,
     rest: Vec<Arc<dyn Operator>>,
     sink: &Arc<dyn Sink>,
+    cx: &FinalizeContext<'_>,
 ) -> Result<FollowUps> {
     loop {
         let pass = if sink.is_full() {
@@ -194,7 +200,7 @@ fn next_pass(
             deferred.next_pass()?
         };
         let Some(pass) = pass else {
-            return drain(id, &rest, sink);
+            return drain(id, &rest, sink, cx);
         };
         if pass.runs.is_empty() {
             continue;

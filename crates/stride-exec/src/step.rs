@@ -25,7 +25,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use stride_sched::{FollowUps, TaskContext, TaskError, TaskOutcome, TaskSetWork};
+use stride_sched::{FinalizeContext, FollowUps, TaskContext, TaskError, TaskOutcome, TaskSetWork};
 
 use crate::error::Result;
 
@@ -112,7 +112,7 @@ impl TaskSetWork for StepTaskSet {
         }
     }
 
-    fn finalize(&self) -> Result<FollowUps, TaskError> {
+    fn finalize(&self, _cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
         Ok(Self::follow_ups(self.step.finish()?))
     }
 

@@ -76,7 +76,9 @@ pub use overhead::{measure_decision_overhead, DecisionOverhead};
 pub use policy::{DecayParams, GroupFacts, Policy, TaskSetEstimate, ThresholdParams};
 pub use scheduler::{Scheduler, SchedulerConfig, WorkerOsPriority};
 pub use sim::{SimConfig, SimJob, SimResult, SimTaskSet};
-pub use task::{FollowUps, QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork};
+pub use task::{
+    FinalizeContext, FollowUps, QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork,
+};
 pub use topology::{Node, Topology, TopologyError, TopologySpec};
 pub use trace::{TaskRecord, Tracer};
 pub use tuning::{TrackedWorkload, Tracker, TuningConfig, TuningReport, TuningResult};

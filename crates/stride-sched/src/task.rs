@@ -90,7 +90,10 @@ pub trait TaskSetWork: Send + Sync {
     /// Called exactly once, after the last task of the set has returned.
     /// Breakers merge per-worker state here, or return the task sets that
     /// merge it in parallel (see the module docs); these run next, in order.
-    fn finalize(&self) -> Result<FollowUps, TaskError> {
+    /// A long finalization checks `cx` and stops early once the query is
+    /// cancelled.
+    fn finalize(&self, cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
+        let _ = cx;
         Ok(FollowUps::new())
     }
 
@@ -136,6 +139,36 @@ pub struct TaskContext<'a> {
     /// The running worker's update masks, checked between morsels; `None`
     /// runs every task to `t_max` (seed 001's behaviour).
     preemption: Option<&'a UpdateMasks>,
+}
+
+/// What a finalization can ask of the scheduler: whether its query was
+/// cancelled meanwhile.
+#[derive(Debug, Clone, Copy)]
+pub struct FinalizeContext<'a> {
+    /// The group's cancel flag, read live (Relaxed: a hint to stop early;
+    /// the finalizer checks it again after the finalization returns).
+    cancelled: &'a AtomicBool,
+}
+
+impl<'a> FinalizeContext<'a> {
+    /// A context over a cancel flag (the scheduler's is its group's).
+    pub fn new(cancelled: &'a AtomicBool) -> Self {
+        FinalizeContext { cancelled }
+    }
+
+    /// A context for code that finalizes outside a scheduler (tests,
+    /// inline runs): never cancelled.
+    pub fn detached() -> FinalizeContext<'static> {
+        static NEVER: AtomicBool = AtomicBool::new(false);
+        FinalizeContext { cancelled: &NEVER }
+    }
+
+    /// Whether the query was cancelled: the finalization may stop and
+    /// return [`QueryError::Cancelled`]'s task error, or anything — the
+    /// query's outcome is "cancelled" either way.
+    pub fn stop_requested(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
 }
 
 impl<'a> TaskContext<'a> {

@@ -40,7 +40,7 @@ use crate::pins::Coordination;
 use crate::scheduler::Shared;
 use crate::slots::{SlotArray, SlotRead};
 use crate::sync::{lock, Ordering};
-use crate::task::{FollowUps, QueryError, TaskContext, TaskOutcome, TaskSetWork};
+use crate::task::{FinalizeContext, FollowUps, QueryError, TaskContext, TaskOutcome, TaskSetWork};
 use crate::trace::WorkerTrace;
 use crate::tuning::{tune, TuningDriver};
 
@@ -409,7 +409,8 @@ impl Worker {
         let mut follow_ups = FollowUps::new();
         if !group.has_failed() {
             let start = Instant::now();
-            match catch_unwind(AssertUnwindSafe(|| entry.work.finalize())) {
+            let cx = FinalizeContext::new(&group.cancelled);
+            match catch_unwind(AssertUnwindSafe(|| entry.work.finalize(&cx))) {
                 Ok(Ok(emitted)) => follow_ups = emitted,
                 Ok(Err(err)) => group.fail(QueryError::Failed(err)),
                 Err(panic) => group.fail(QueryError::Panicked(panic_message(&panic))),

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stride_sched::{
-    FollowUps, MorselPolicy, Policy, QueryError, Scheduler, SchedulerConfig, TaskContext,
-    TaskError, TaskOutcome, TaskSetWork,
+    FinalizeContext, FollowUps, MorselPolicy, Policy, QueryError, Scheduler, SchedulerConfig,
+    TaskContext, TaskError, TaskOutcome, TaskSetWork,
 };
 
 /// The tests here measure scheduling on real threads; they run one at a time
@@ -114,7 +114,7 @@ impl TaskSetWork for CountingSet {
         Ok(outcome)
     }
 
-    fn finalize(&self) -> Result<FollowUps, TaskError> {
+    fn finalize(&self, _cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
         assert_eq!(
             self.active_tasks.load(Ordering::SeqCst),
             0,
@@ -774,7 +774,7 @@ impl TaskSetWork for SlowFinish {
     fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
         self.inner.run_task(ctx)
     }
-    fn finalize(&self) -> Result<FollowUps, TaskError> {
+    fn finalize(&self, _cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
         std::thread::sleep(self.finish);
         Ok(FollowUps::new())
     }

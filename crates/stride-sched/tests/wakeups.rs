@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stride_sched::{
-    FollowUps, MorselPolicy, Policy, Scheduler, SchedulerConfig, TaskContext, TaskError,
-    TaskOutcome, TaskSetWork,
+    FinalizeContext, FollowUps, MorselPolicy, Policy, Scheduler, SchedulerConfig, TaskContext,
+    TaskError, TaskOutcome, TaskSetWork,
 };
 
 use common::Items;
@@ -43,7 +43,7 @@ impl TaskSetWork for Hinted {
         Ok(self.items.run_task(ctx, |_| {}))
     }
 
-    fn finalize(&self) -> Result<FollowUps, TaskError> {
+    fn finalize(&self, _cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
         self.finalized.fetch_add(1, Ordering::SeqCst);
         Ok(FollowUps::new())
     }

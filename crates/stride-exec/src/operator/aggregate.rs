@@ -49,6 +49,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use stride_sched::FinalizeContext;
 
 use arrow::array::{
     new_empty_array, Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch,
@@ -899,7 +900,7 @@ impl Sink for AggregateSink {
         })
     }
 
-    fn finish(&self) -> Result<Steps> {
+    fn finish(&self, _cx: &FinalizeContext<'_>) -> Result<Steps> {
         let s = &self.shared;
         let mut partials = self.partials.take_all();
         let spilled = {
@@ -1294,7 +1295,11 @@ mod tests {
                 sink.consume(MorselSeq::at(i as u64), batch(from, 1000), i % 2)
                     .unwrap();
             }
-            crate::step::run_inline(sink.finish().unwrap()).unwrap();
+            crate::step::run_inline(
+                sink.finish(&stride_sched::FinalizeContext::detached())
+                    .unwrap(),
+            )
+            .unwrap();
             let mut rows = Vec::new();
             while let Some(m) = merge.next_morsel(1).unwrap() {
                 for (_, b) in m.slices {

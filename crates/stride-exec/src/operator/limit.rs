@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use stride_sched::FinalizeContext;
 
 use arrow::array::RecordBatch;
 
@@ -63,7 +64,7 @@ impl Sink for LimitSink {
             .is_some_and(|w| self.rows.load(Ordering::Relaxed) >= w)
     }
 
-    fn finish(&self) -> Result<Steps> {
+    fn finish(&self, _cx: &FinalizeContext<'_>) -> Result<Steps> {
         let mut skip = self.skip;
         let mut left = self.fetch.unwrap_or(usize::MAX);
         let mut seq = 0;

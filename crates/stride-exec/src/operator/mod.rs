@@ -22,6 +22,8 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 
+use stride_sched::FinalizeContext;
+
 use crate::error::Result;
 use crate::seq::MorselSeq;
 use crate::source::Source;
@@ -96,8 +98,10 @@ pub trait Sink: Send + Sync + fmt::Debug {
     fn consume(&self, seq: MorselSeq, batch: RecordBatch, worker: usize) -> Result<()>;
     /// Merges per-worker state, or returns the steps that merge it in
     /// parallel (run in order before the query's next pipeline); called
-    /// once after the last task of the pipeline.
-    fn finish(&self) -> Result<Steps> {
+    /// once after the last task of the pipeline. A long merge checks `cx`
+    /// and stops once the query is cancelled.
+    fn finish(&self, cx: &FinalizeContext<'_>) -> Result<Steps> {
+        let _ = cx;
         Ok(Steps::new())
     }
     /// Whether the sink needs no more input (a satisfied LIMIT).

@@ -72,6 +72,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use stride_sched::FinalizeContext;
 
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::{
@@ -316,6 +317,7 @@ impl SortSink {
         refused: crate::ExecError,
         batches: Vec<RecordBatch>,
         bytes: usize,
+        cx: &FinalizeContext<'_>,
     ) -> Result<()> {
         let spill = self.memory.spill_for(refused)?;
         let mut run = Run {
@@ -324,11 +326,17 @@ impl SortSink {
             bytes,
         };
         self.spill_run(spill, &mut run, None)?;
-        self.finish_external(spill, Vec::new())
+        self.finish_external(spill, Vec::new(), cx)
     }
 
-    /// The external finish: spills what is left in memory and merges all runs.
-    fn finish_external(&self, spill: &Arc<QuerySpill>, runs: Vec<Run>) -> Result<()> {
+    /// The external finish: spills what is left in memory and merges all
+    /// runs, stopping between output blocks once the query is cancelled.
+    fn finish_external(
+        &self,
+        spill: &Arc<QuerySpill>,
+        runs: Vec<Run>,
+        cx: &FinalizeContext<'_>,
+    ) -> Result<()> {
         for mut run in runs {
             self.spill_run(spill, &mut run, None)?;
         }
@@ -356,7 +364,7 @@ impl SortSink {
                 .map(|(run, (_, charge))| Cursor::new(self, &run.file, charge))
                 .collect::<Result<Vec<_>>>()?;
             if runs.is_empty() {
-                merge(self, cursors, MERGE_CHUNK_ROWS, &mut |block| {
+                merge(self, cursors, MERGE_CHUNK_ROWS, cx, &mut |block| {
                     self.output.push(MorselSeq::at(seq), block)?;
                     seq += 1;
                     Ok(())
@@ -371,7 +379,7 @@ impl SortSink {
                     .map(|r| (0..r.file.batches()).map(|i| r.file.rows(i)).sum::<usize>())
                     .sum();
                 let rows = self.chunk_rows(bytes, total);
-                merge(self, cursors, rows, &mut |block| {
+                merge(self, cursors, rows, cx, &mut |block| {
                     chunk_bytes = chunk_bytes.max(batch_bytes(&block));
                     writer.write(&block).map(|_| ())
                 })?;
@@ -429,11 +437,14 @@ impl<'a> Cursor<'a> {
 }
 
 /// Merges sorted runs into blocks of at most `block_rows` rows, handed to
-/// `emit` in order. Equal keys come in cursor order.
+/// `emit` in order. Equal keys come in cursor order. Between blocks it
+/// stops with a cancelled error once `cx` says the query was
+/// cancelled (a merge of many runs can take seconds).
 fn merge(
     sink: &SortSink,
     cursors: Vec<Option<Cursor<'_>>>,
     block_rows: usize,
+    cx: &FinalizeContext<'_>,
     emit: &mut dyn FnMut(RecordBatch) -> Result<()>,
 ) -> Result<()> {
     let mut cursors: Vec<Cursor<'_>> = cursors.into_iter().flatten().collect();
@@ -487,6 +498,9 @@ fn merge(
         reheap_top(&mut heap, live, &|a, b| less(&cursors, a, b));
         if block.len() >= block_rows {
             flush(&mut pending, &mut block, &mut cursors, emit)?;
+            if cx.stop_requested() {
+                return Err(ExecError::Query(stride_sched::QueryError::Cancelled));
+            }
         }
     }
     flush(&mut pending, &mut block, &mut cursors, emit)
@@ -567,11 +581,11 @@ impl Sink for SortSink {
         })
     }
 
-    fn finish(&self) -> Result<Steps> {
+    fn finish(&self, cx: &FinalizeContext<'_>) -> Result<Steps> {
         let runs = self.runs.take_all();
         if self.external.load(Ordering::Relaxed) {
             if let Some(spill) = self.memory.spill() {
-                self.finish_external(spill, runs)?;
+                self.finish_external(spill, runs, cx)?;
                 return Ok(Steps::new());
             }
         }
@@ -588,7 +602,7 @@ impl Sink for SortSink {
                     return Ok(vec![Arc::new(step) as Arc<dyn SplitStep>]);
                 }
                 Err(refused) if self.can_spill() => {
-                    self.sort_after_all_external(refused, batches, bytes)?;
+                    self.sort_after_all_external(refused, batches, bytes, cx)?;
                     return Ok(Steps::new());
                 }
                 Err(refused) => return Err(refused),
@@ -597,7 +611,7 @@ impl Sink for SortSink {
         let sorted = match self.sort(&batches, bytes) {
             Ok(sorted) => sorted,
             Err(refused) if self.can_spill() => {
-                self.sort_after_all_external(refused, batches, bytes)?;
+                self.sort_after_all_external(refused, batches, bytes, cx)?;
                 return Ok(Steps::new());
             }
             Err(e) => return Err(e),
@@ -996,7 +1010,11 @@ mod tests {
             sink.consume(MorselSeq::at(i as u64), batch(from, 500), i % 2)
                 .unwrap();
         }
-        crate::step::run_inline(sink.finish().unwrap()).unwrap();
+        crate::step::run_inline(
+            sink.finish(&stride_sched::FinalizeContext::detached())
+                .unwrap(),
+        )
+        .unwrap();
         let ids = output_ids(&output);
         let spilled = memory.spilled_bytes();
         let dir = memory.spill().unwrap().dir().to_path_buf();
@@ -1029,6 +1047,30 @@ mod tests {
                 assert_eq!(got, expected, "{limit}: {keys:?}");
             }
         }
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
+
+    #[test]
+    fn a_cancelled_query_stops_its_external_merge() {
+        let parent = crate::spill::tests::temp_parent("sort-cancel");
+        let area = SpillArea::new(Some(&parent));
+        let memory =
+            QueryMemory::with_spill(MemoryPool::new(1 << 30), 128 << 10, Some(area.query()));
+        let output = Arc::new(Buffer::new(memory.clone(), "sorted rows"));
+        let keys = vec![key(0, false, false)];
+        let sink = SortSink::new(keys, None, schema(), 2, memory.clone(), output.clone()).unwrap();
+        for (i, from) in (0..20_000).step_by(500).enumerate() {
+            sink.consume(MorselSeq::at(i as u64), batch(from, 500), i % 2)
+                .unwrap();
+        }
+        let cancelled = std::sync::atomic::AtomicBool::new(true);
+        let err = sink
+            .finish(&stride_sched::FinalizeContext::new(&cancelled))
+            .unwrap_err();
+        assert_eq!(err.kind(), Some(crate::ErrorKind::Cancelled), "{err}");
+        // Stopped at the first block: nearly nothing was merged.
+        assert!(output_ids(&output).len() <= MERGE_CHUNK_ROWS);
+        drop((sink, output, memory, area));
         std::fs::remove_dir_all(&parent).unwrap();
     }
 
@@ -1066,7 +1108,9 @@ mod tests {
                 .unwrap();
         }
         let mut parts = Vec::new();
-        let mut steps = sink.finish().unwrap();
+        let mut steps = sink
+            .finish(&stride_sched::FinalizeContext::detached())
+            .unwrap();
         while let Some(step) = steps.pop() {
             parts.push(step.parts());
             for part in (0..step.parts()).rev() {

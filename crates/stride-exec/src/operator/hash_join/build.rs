@@ -1,6 +1,7 @@
 //! The build side: collecting it, laying it out, allocating the table.
 
 use std::sync::{Arc, Mutex, OnceLock};
+use stride_sched::FinalizeContext;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::concat_batches;
@@ -262,7 +263,7 @@ impl Sink for HashBuildSink {
         }
     }
 
-    fn finish(&self) -> Result<Steps> {
+    fn finish(&self, _cx: &FinalizeContext<'_>) -> Result<Steps> {
         if let Some(grace) = self.grace.get() {
             return self.finish_partitioned(grace);
         }

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use stride_sched::FinalizeContext;
 
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
@@ -328,7 +329,7 @@ impl Sink for JoinTableInsertSink {
         Ok(())
     }
 
-    fn finish(&self) -> Result<Steps> {
+    fn finish(&self, _cx: &FinalizeContext<'_>) -> Result<Steps> {
         self.table()?.ready.store(true, Ordering::Release);
         Ok(Steps::new())
     }

@@ -76,7 +76,8 @@ fn insert_in_parallel(slot: &HashTableSlot, threads: usize, morsel_rows: usize) 
             });
         }
     });
-    sink.finish().unwrap();
+    sink.finish(&stride_sched::FinalizeContext::detached())
+        .unwrap();
 }
 
 #[test]
@@ -348,7 +349,9 @@ fn a_large_build_side_is_laid_out_by_a_split_step() {
                 .unwrap();
             by_worker[i % 2].push(batch(from));
         }
-        let steps = sink.finish().unwrap();
+        let steps = sink
+            .finish(&stride_sched::FinalizeContext::detached())
+            .unwrap();
         assert_eq!(steps.len(), 1, "laid out by a step");
         assert_eq!(steps[0].parts(), 4, "keys + 3 columns");
         crate::step::run_inline(steps).unwrap();
