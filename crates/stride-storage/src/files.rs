@@ -19,13 +19,16 @@ fn open(path: &Path) -> Result<File> {
     })
 }
 
-/// Reads a whole Parquet file.
-pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+/// A file's batches as they are read, one block at a time (so that a
+/// caller can account for each before the next is read).
+pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch>>>;
+
+/// Reads a Parquet file block by block.
+pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Batches)> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(open(path)?)?;
     let schema = builder.schema().clone();
     let reader = builder.with_batch_size(DEFAULT_BLOCK_ROWS).build()?;
-    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok((schema, batches))
+    Ok((schema, Box::new(reader.map(|b| b.map_err(Into::into)))))
 }
 
 /// CSV reading options.
@@ -47,8 +50,8 @@ impl Default for CsvOptions {
     }
 }
 
-/// Reads a whole CSV file.
-pub fn read_csv(path: &Path, options: &CsvOptions) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+/// Reads a CSV file block by block.
+pub fn read_csv(path: &Path, options: &CsvOptions) -> Result<(SchemaRef, Batches)> {
     use arrow::csv::reader::Format;
     let format = Format::default()
         .with_header(options.has_header)
@@ -64,8 +67,7 @@ pub fn read_csv(path: &Path, options: &CsvOptions) -> Result<(SchemaRef, Vec<Rec
         .with_format(format)
         .with_batch_size(DEFAULT_BLOCK_ROWS)
         .build(open(path)?)?;
-    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok((schema, batches))
+    Ok((schema, Box::new(reader.map(|b| b.map_err(Into::into)))))
 }
 
 /// Writes batches to a Parquet file (snappy-compressed).

@@ -103,6 +103,46 @@ fn csv_with_header_is_loaded_and_typed() {
 }
 
 #[test]
+fn a_file_larger_than_the_share_fails_to_load_with_53200_and_holds_nothing() {
+    let dir = temp_dir("big");
+    let path = dir.join("big.csv");
+    let mut text = String::from("id,comment\n");
+    for i in 0..200_000 {
+        text.push_str(&format!("{i},a comment of some forty characters {i}\n"));
+    }
+    std::fs::write(&path, text).unwrap();
+    let engine = engine();
+    let mut session = engine.session();
+    session
+        .execute("SET stride.query_memory_limit = '1MB'")
+        .unwrap();
+    let create = format!(
+        "CREATE EXTERNAL TABLE big STORED AS CSV LOCATION '{}'",
+        path.display()
+    );
+    let err = session.execute(&create).unwrap_err();
+    assert_eq!(stride_server::sqlstate::of(&err), "53200", "{err}");
+    assert!(err.to_string().contains("file load"), "{err}");
+    assert_eq!(engine.memory().used(), 0, "the load's charge is returned");
+    assert!(session.execute("SELECT count(*) FROM big").is_err());
+    // Within the default share it loads.
+    session
+        .execute("SET stride.query_memory_limit = default")
+        .unwrap();
+    session.execute(&create).unwrap();
+    assert_eq!(
+        engine.memory().used(),
+        0,
+        "a loaded table is not query memory"
+    );
+    assert_eq!(
+        single_i64(&mut session, "SELECT count(*) FROM big"),
+        200_000
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn missing_and_corrupt_files_give_clear_errors() {
     let dir = temp_dir("bad");
     let engine = engine();

@@ -119,7 +119,24 @@ impl Session {
                 if existed && c.if_not_exists {
                     return Ok(command("CREATE TABLE"));
                 }
-                let t = Table::new(table.clone(), file_schema, batches)?;
+                // Each block is charged to the statement's share before the
+                // next is read: a file larger than the share fails with
+                // 53200 instead of taking the server's memory. The charge
+                // ends with the load (the table's storage is the catalog's).
+                let memory = stride_exec::QueryMemory::new(
+                    self.engine.memory().clone(),
+                    self.query_memory_limit(),
+                );
+                let mut loaded = Vec::new();
+                for batch in batches {
+                    let batch = batch?;
+                    memory
+                        .grow(stride_exec::memory::batch_bytes(&batch), "file load")
+                        .map_err(SqlError::from)?;
+                    loaded.push(batch);
+                    self.interrupt.check()?;
+                }
+                let t = Table::new(table.clone(), file_schema, loaded)?;
                 catalog.put_table(&schema, t, c.or_replace)?;
                 if !existed {
                     self.engine.roles.table_created(&schema, &table, self.role);
