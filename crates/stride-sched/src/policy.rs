@@ -324,10 +324,10 @@ impl EstimateTable {
     }
 }
 
-/// Per-group scheduling state as one worker sees it. The run queue (and the
-/// lock-free core's thread-local view) stores one per active group and only
-/// ever calls the methods below: policies differ only in this type's
-/// arithmetic.
+/// Per-group scheduling state as one worker sees it. Each worker's local
+/// view of the lock-free core (`local.rs`) and the simulator store one per
+/// active group and only ever call the methods below: policies differ only
+/// in this type's arithmetic.
 #[derive(Debug, Clone)]
 pub struct StrideState {
     /// Virtual time this group has consumed, in quanta / priority.

@@ -17,7 +17,8 @@
 //!   set is activated ([`StrideState::task_set_activated`]) or the job
 //!   completes (finalization takes no time here);
 //! * a new job [`StrideState::enter`]s with the virtual time (the smallest pass
-//!   of the active jobs, as the run queue does).
+//!   of the active jobs, as a worker's local view does when it learns of a
+//!   new group).
 //!
 //! Events at the same instant are handled as the real scheduler would see
 //! them: returning tasks are charged first, then arrivals are admitted, then
@@ -428,7 +429,8 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// The run queue's virtual time: never behind the smallest active pass.
+    /// The simulated scheduler's virtual time: never behind the smallest
+    /// active pass.
     fn update_virtual_time(&mut self) {
         if let Some(min) = self
             .active

@@ -51,6 +51,28 @@ fn a_query_that_ran_before_has_per_pipeline_estimates() {
 }
 
 #[test]
+fn stride_queries_shows_a_one_statement_request_as_sent() {
+    let engine = common::test_engine(2);
+    let mut session = engine.session();
+    // As pg_stat_activity: comments kept (benchmarks tag requests so), the
+    // trailing semicolon dropped; the statements of a longer request each
+    // as their own text.
+    session
+        .query("/* stride-bench 7 */ select 40 + 2;")
+        .unwrap();
+    session.execute("select 1; /* lost */ select 2").unwrap();
+    let view = session
+        .query("select query from stride.queries where state = 'done' order by query_id")
+        .unwrap();
+    let texts: Vec<String> = common::rows_as_text(&view.batches)
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+    assert_eq!(texts[0], "/* stride-bench 7 */ select 40 + 2");
+    assert_eq!(texts[1..3], ["SELECT 1", "SELECT 2"]);
+}
+
+#[test]
 fn stride_queries_shows_the_priority_decaying_over_time() {
     let engine = common::test_engine(2);
     engine.load_tpch(0.1).unwrap();

@@ -574,6 +574,11 @@ impl Session {
         // Parsing the request counts as planning of its first query; binding
         // (SQL to logical plan) as planning of the statement bound.
         let mut parsing = Some(parse_start.elapsed());
+        // A request of one statement is logged as the client sent it
+        // (comments included, as pg_stat_activity shows it); the statements
+        // of a longer request each as their own text.
+        let verbatim = (statements.len() == 1)
+            .then(|| sql.trim().trim_end_matches(';').trim_end().to_string());
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
             let result = reject_unsupported_syntax(&stmt).and_then(|()| {
@@ -582,7 +587,10 @@ impl Session {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     self.interrupt.check()?;
                     let bind_start = Instant::now();
-                    let prepared = self.prepare_statement(stmt)?;
+                    let mut prepared = self.prepare_statement(stmt)?;
+                    if let Some(text) = &verbatim {
+                        prepared.sql.clone_from(text);
+                    }
                     let binding = bind_start.elapsed();
                     let mut output = self.run_prepared(&prepared, Vec::new())?;
                     if let StatementOutput::Query(q) = &mut output {

@@ -47,7 +47,23 @@ pub struct PgTarget {
     pool: Mutex<HashMap<String, Vec<tokio_postgres::Client>>>,
     /// What the server says it is (`SELECT version()`).
     pub version: String,
+    /// The server keeps per-query statistics (a Stride server's
+    /// `stride.queries`): requests are tagged so that their CPU time and
+    /// CPU-time estimate can be read back after a run ([`Target::server_stats`]).
+    tags: bool,
+    /// The next request's tag (Relaxed: a unique number only).
+    next_tag: std::sync::atomic::AtomicU64,
 }
+
+/// What a Stride server recorded for one tagged request.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerStats {
+    pub cpu_ms: f64,
+    pub estimated_cpu_ms: Option<f64>,
+}
+
+/// The comment that tags a request: `/* stride-bench <n> */`.
+const TAG_PREFIX: &str = "/* stride-bench ";
 
 /// Parses `host:port[/dbname]`.
 pub fn parse_address(addr: &str) -> Result<(String, u16, String)> {
@@ -94,6 +110,8 @@ impl Target {
             config,
             pool: Mutex::new(HashMap::new()),
             version: String::new(),
+            tags: false,
+            next_tag: std::sync::atomic::AtomicU64::new(0),
         };
         let client = target
             .open(None)
@@ -109,7 +127,51 @@ impl Target {
                 _ => None,
             })
             .unwrap_or_default();
+        target.tags = target
+            .runtime
+            .block_on(client.simple_query("select query_id from stride.queries limit 0"))
+            .is_ok();
         Ok(Target::Pg(Box::new(target)))
+    }
+
+    /// What a Stride server recorded for the tagged requests it still lists
+    /// in `stride.queries` (its last 1000 queries), by tag; empty for other
+    /// servers and in-process targets (whose requests report it directly).
+    pub fn server_stats(&self) -> Result<HashMap<u64, ServerStats>> {
+        let Target::Pg(pg) = self else {
+            return Ok(HashMap::new());
+        };
+        if !pg.tags {
+            return Ok(HashMap::new());
+        }
+        let client = pg.open(None)?;
+        let rows = pg.runtime.block_on(client.simple_query(
+            "select query, cpu_ms, estimated_cpu_ms from stride.queries \
+             where state = 'done' and query like '/* stride-bench %'",
+        ))?;
+        let mut stats = HashMap::new();
+        for row in rows {
+            let tokio_postgres::SimpleQueryMessage::Row(r) = row else {
+                continue;
+            };
+            let tag = r
+                .get(0)
+                .and_then(|q| q.strip_prefix(TAG_PREFIX))
+                .and_then(|rest| rest.split_once(" */"))
+                .and_then(|(n, _)| n.parse::<u64>().ok());
+            let cpu_ms = r.get(1).and_then(|v| v.parse::<f64>().ok());
+            if let (Some(tag), Some(cpu_ms)) = (tag, cpu_ms) {
+                let estimated_cpu_ms = r.get(2).and_then(|v| v.parse::<f64>().ok());
+                // A request of several statements sums its queries.
+                let s = stats.entry(tag).or_insert(ServerStats {
+                    cpu_ms: 0.0,
+                    estimated_cpu_ms: Some(0.0),
+                });
+                s.cpu_ms += cpu_ms;
+                s.estimated_cpu_ms = s.estimated_cpu_ms.zip(estimated_cpu_ms).map(|(a, b)| a + b);
+            }
+        }
+        Ok(stats)
     }
 
     /// A short name of the system: "stride", "postgres" or what the server says.
@@ -280,6 +342,8 @@ pub struct RunInfo {
     pub estimated_cpu_ms: Option<f64>,
     /// The CPU time those queries' tasks took (in-process only).
     pub task_cpu_ms: Option<f64>,
+    /// The request's tag on a Stride server ([`Target::server_stats`]).
+    pub tag: Option<u64>,
 }
 
 impl Conn {
@@ -306,7 +370,16 @@ impl Conn {
                 Ok(info)
             }
             (Conn::Pg(client), Target::Pg(pg)) => {
-                let messages = pg.runtime.block_on(client.simple_query(sql))?;
+                let tag = pg.tags.then(|| {
+                    pg.next_tag
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                });
+                let messages = match tag {
+                    Some(t) => pg
+                        .runtime
+                        .block_on(client.simple_query(&format!("{TAG_PREFIX}{t} */ {sql}")))?,
+                    None => pg.runtime.block_on(client.simple_query(sql))?,
+                };
                 Ok(RunInfo {
                     rows: messages
                         .iter()
@@ -316,6 +389,7 @@ impl Conn {
                     groups: Vec::new(),
                     estimated_cpu_ms: None,
                     task_cpu_ms: None,
+                    tag,
                 })
             }
             (Conn::Pg(_), Target::Engine(_)) => {

@@ -147,6 +147,7 @@ pub fn measure(
                 groups: info.groups,
                 estimated_cpu_ms: info.estimated_cpu_ms,
                 task_cpu_ms: info.task_cpu_ms,
+                server_tag: None,
             });
         }
         let (mut sum, mut log_sum) = (0.0, 0.0);

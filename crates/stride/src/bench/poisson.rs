@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
@@ -189,6 +189,7 @@ impl Pool {
                     .unwrap_or_default(),
                 estimated_cpu_ms: result.as_ref().ok().and_then(|r| r.estimated_cpu_ms),
                 task_cpu_ms: result.as_ref().ok().and_then(|r| r.task_cpu_ms),
+                server_tag: result.as_ref().ok().and_then(|r| r.tag),
                 error: result.err().map(|e| format!("{e:#}")),
             });
     }
@@ -263,6 +264,18 @@ pub fn run(
         s.warmup = s.arrival < cfg.warmup_s;
     }
     samples.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
+    // Over the wire to a Stride server, each request's CPU time and SRPT's
+    // estimate for it come from the server's `stride.queries` (which keeps
+    // the last 1000 queries: earlier requests stay without).
+    let server = target
+        .server_stats()
+        .context("reading the server's stride.queries")?;
+    for s in &mut samples {
+        if let Some(stats) = s.server_tag.and_then(|t| server.get(&t)) {
+            s.task_cpu_ms = Some(stats.cpu_ms);
+            s.estimated_cpu_ms = stats.estimated_cpu_ms;
+        }
+    }
     let failed: Vec<&Sample> = samples.iter().filter(|s| s.error.is_some()).collect();
     if let Some(first) = failed.first() {
         eprintln!(

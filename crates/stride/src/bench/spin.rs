@@ -183,6 +183,7 @@ pub fn run(
                             estimated_cpu_ms: result.as_ref().ok().and_then(|r| r.estimated_cpu_ms),
                             task_cpu_ms: result.as_ref().ok().and_then(|r| r.task_cpu_ms),
                             error: result.err().map(|e| format!("{e:#}")),
+                            server_tag: None,
                         });
                     }
                     samples

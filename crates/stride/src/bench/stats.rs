@@ -38,6 +38,9 @@ pub struct Sample {
     /// The CPU time of its tasks that the scheduler was told to expect
     /// (SRPT's remaining-work estimate at submission; in-process only;
     /// `None` when the engine gave no estimate).
+    /// The request's tag on a Stride server, by which its CPU time and
+    /// estimate are read back after a wire run (not serialized).
+    pub server_tag: Option<u64>,
     pub estimated_cpu_ms: Option<f64>,
     /// The CPU time its tasks took, what the estimate predicts
     /// (in-process only).
@@ -232,7 +235,8 @@ impl EstimationError {
 }
 
 /// The estimation error per class of a run's measured, successful samples
-/// (in-process runs only: samples without `task_cpu_ms` count nowhere).
+/// (in-process, or over the wire to a Stride server, whose `stride.queries`
+/// gives them: samples without `task_cpu_ms` count nowhere).
 pub fn estimation_errors(run: &Value) -> BTreeMap<String, EstimationError> {
     let mut by_class: BTreeMap<String, (usize, Vec<f64>)> = BTreeMap::new();
     let samples = run.get("samples").and_then(Value::as_array);
@@ -275,7 +279,7 @@ pub fn estimation_errors(run: &Value) -> BTreeMap<String, EstimationError> {
 }
 
 /// Prints [`estimation_errors`] as a table (nothing when no sample had CPU
-/// times, e.g. over the wire).
+/// times, e.g. over the wire to another system).
 pub fn print_estimation_errors(
     out: &mut impl std::io::Write,
     errors: &BTreeMap<String, EstimationError>,
@@ -409,6 +413,7 @@ mod tests {
                 groups: Vec::new(),
                 estimated_cpu_ms: None,
                 task_cpu_ms: None,
+                server_tag: None,
             }
             .to_json()
         };

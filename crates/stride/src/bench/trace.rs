@@ -159,6 +159,7 @@ mod tests {
             groups: Vec::new(),
             estimated_cpu_ms: None,
             task_cpu_ms: None,
+            server_tag: None,
         };
         let records = [rec(0, 7, 12, 14), rec(1, 7, 13, 19), rec(0, 8, 30, 31)];
         let doc = document(&records, origin, t0, std::slice::from_ref(&sample));
