@@ -522,8 +522,12 @@ impl Connection {
     }
 
     fn ready(&mut self) {
-        let in_block = self.session.as_ref().is_some_and(|s| s.in_transaction());
-        self.out.ready(if in_block { b'T' } else { b'I' });
+        let status = match &self.session {
+            Some(s) if s.in_failed_transaction() => b'E',
+            Some(s) if s.in_transaction() => b'T',
+            _ => b'I',
+        };
+        self.out.ready(status);
     }
 
     /// An error inside an extended-protocol exchange: reported once, then the

@@ -43,6 +43,7 @@ pub mod lower;
 pub mod roles;
 pub mod scram;
 pub mod settings;
+pub mod storage_view;
 
 pub use engine::{
     Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session, SpillConfig,
