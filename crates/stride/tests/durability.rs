@@ -265,3 +265,42 @@ fn a_torn_last_record_recovers_to_the_one_before() {
     assert!(message.contains("cannot recover"), "{message}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn ready_for_query_reports_the_block_state() {
+    use common::wire::{query_message, read_until, sqlstate_of, startup_packet};
+    use std::io::Write;
+    let dir = temp_dir("status");
+    let s = Server::start(&dir);
+    let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream.write_all(&startup_packet("stride")).unwrap();
+    let status = |messages: Vec<(u8, Vec<u8>)>| {
+        let (tag, body) = messages.last().unwrap().clone();
+        assert_eq!(tag, b'Z');
+        let error = messages
+            .iter()
+            .find(|(t, _)| *t == b'E')
+            .map(|(_, b)| sqlstate_of(b));
+        (body[0], error)
+    };
+    assert_eq!(status(read_until(&mut stream, b'Z')).0, b'I');
+    let mut send = |sql: &str| {
+        stream.write_all(&query_message(sql)).unwrap();
+        status(read_until(&mut stream, b'Z'))
+    };
+    assert_eq!(send("create table t (a int)"), (b'I', None));
+    assert_eq!(send("begin"), (b'T', None));
+    assert_eq!(send("insert into t values (1)"), (b'T', None));
+    assert_eq!(send("select nope from t"), (b'E', Some("42703".into())));
+    assert_eq!(send("select 1"), (b'E', Some("25P02".into())));
+    assert_eq!(send("commit"), (b'I', None));
+    assert_eq!(send("begin read only"), (b'T', None));
+    assert_eq!(
+        send("insert into t values (2)"),
+        (b'E', Some("25006".into()))
+    );
+    assert_eq!(send("rollback"), (b'I', None));
+    drop(stream);
+    s.kill();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -243,3 +243,47 @@ fn rollback_restores_session_settings() {
     run(&mut s, "begin; set search_path = other; commit");
     assert_eq!(s.default_schema(), "other");
 }
+
+#[test]
+fn only_committed_writes_outside_generated_schemas_reach_the_data_directory() {
+    let dir = std::env::temp_dir().join(format!("stride-txn-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = stride_storage::durable::DataDirConfig {
+        path: dir.clone(),
+        checkpoint_log_bytes: stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES,
+    };
+    {
+        let e = engine();
+        e.open_data_dir(&config).unwrap();
+        let b = arrow::array::RecordBatch::try_from_iter([(
+            "g",
+            Arc::new(arrow::array::Int64Array::from(vec![1, 2])) as arrow::array::ArrayRef,
+        )])
+        .unwrap();
+        let generated = stride_storage::Table::new("gen", b.schema(), vec![b]).unwrap();
+        e.add_tables("generated", vec![generated]).unwrap();
+        let mut s = e.session();
+        run(&mut s, "create table t (id bigint)");
+        run(&mut s, "begin; insert into t values (1), (2); commit");
+        run(
+            &mut s,
+            "begin; insert into t values (3); create table u (a int); rollback",
+        );
+        run(&mut s, "insert into generated.gen values (3)");
+        run(&mut s, "create table generated.also (a int)");
+        run(&mut s, "begin; insert into t values (4)");
+        // The session ends with its block open: nothing of it is committed.
+        // Generating into a schema of persisted tables is refused.
+        assert!(e.add_tables("public", vec![]).is_err());
+    }
+    let e = engine();
+    let report = e.open_data_dir(&config).unwrap();
+    assert_eq!(report.records_replayed, 2);
+    let mut s = e.session();
+    assert_eq!(count(&mut s, "t"), 2);
+    assert!(!exists(&mut s, "u"));
+    assert!(!e.catalog().schema_exists("generated"));
+    drop(s);
+    drop(e);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

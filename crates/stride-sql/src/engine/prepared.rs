@@ -323,6 +323,8 @@ impl Session {
                 })
             }
             PreparedKind::Plan(plan) => {
+                // A block reads the catalog as of its first statement.
+                self.take_snapshot();
                 let plan = self.rebind(plan.clone())?;
                 let plan = if params.is_empty() {
                     plan

@@ -32,7 +32,9 @@
 //! snapshots are published at the append, before the fsync: a concurrent
 //! reader may see a commit whose fsync is in flight; its committer is not
 //! acknowledged before the fsync, and any later commit lies after it in
-//! the log.
+//! the log. When the log has passed the checkpoint size, the committing
+//! session writes the checkpoint after its commit is durable (the
+//! statement returns after it).
 //!
 //! A write outside a block is a transaction of its own (the same path, one
 //! statement long). Session settings changed in a block are restored by
@@ -165,10 +167,15 @@ impl Session {
         self.transaction.open && self.transaction.aborted
     }
 
-    /// A statement failed: inside a block, the block is aborted.
+    /// A statement failed: inside a block, the block is aborted; outside
+    /// one, what the statement's own transaction left (should it have
+    /// panicked past [`Session::writing`]) is discarded.
     pub(super) fn statement_failed(&mut self) {
         if self.transaction.open {
             self.transaction.aborted = true;
+        } else if self.transaction.view.is_some() {
+            let state = std::mem::take(&mut self.transaction);
+            self.discard(state);
         }
     }
 
