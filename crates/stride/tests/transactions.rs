@@ -287,3 +287,24 @@ fn only_committed_writes_outside_generated_schemas_reach_the_data_directory() {
     drop(e);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn constraints_are_enforced_or_refused() {
+    let e = engine();
+    let mut s = e.session();
+    run(&mut s, "create table nn (a int not null, b varchar)");
+    let err = fails(&mut s, "insert into nn values (null, 'x')");
+    assert!(err.to_string().contains("does not accept NULL"), "{err}");
+    assert_eq!(count(&mut s, "nn"), 0);
+    for sql in [
+        "create table v (a varchar(3))",
+        "create table c (a char(2))",
+        "create table p (a int primary key)",
+        "create table u (a int unique)",
+        "create table k (a int check (a > 0))",
+        "create table tp (a int, primary key (a))",
+    ] {
+        let err = fails(&mut s, sql);
+        assert_eq!(sqlstate::of(&err), "0A000", "{sql}: {err}");
+    }
+}

@@ -195,3 +195,54 @@ impl Session {
         Ok(())
     }
 }
+
+/// Refuses constraints in `CREATE TABLE` that Stride would accept and not
+/// enforce: character lengths (`varchar(n)`, `char(n)`), `PRIMARY KEY`,
+/// `UNIQUE`, `REFERENCES` / `FOREIGN KEY` and `CHECK`. `NOT NULL` is
+/// enforced (a NULL into such a column fails).
+pub(super) fn reject_unenforced_constraints(
+    stmt: &datafusion_sql::parser::Statement,
+) -> Result<()> {
+    use datafusion_sql::sqlparser::ast::{ColumnOption, DataType, Statement};
+    let datafusion_sql::parser::Statement::Statement(s) = stmt else {
+        return Ok(());
+    };
+    let Statement::CreateTable(create) = s.as_ref() else {
+        return Ok(());
+    };
+    let refuse = |what: String| {
+        Err(SqlError::Unsupported(format!(
+            "{what}: Stride does not enforce it (declare the column without it)"
+        )))
+    };
+    for column in &create.columns {
+        match &column.data_type {
+            DataType::Varchar(Some(_))
+            | DataType::Char(Some(_))
+            | DataType::Character(Some(_))
+            | DataType::CharacterVarying(Some(_))
+            | DataType::CharVarying(Some(_))
+            | DataType::Nvarchar(Some(_)) => {
+                return refuse(format!(
+                    "the length of column \"{}\" ({})",
+                    column.name, column.data_type
+                ))
+            }
+            _ => {}
+        }
+        for option in &column.options {
+            let what = match &option.option {
+                ColumnOption::PrimaryKey(_) => "PRIMARY KEY",
+                ColumnOption::Unique(_) => "UNIQUE",
+                ColumnOption::ForeignKey(_) => "REFERENCES",
+                ColumnOption::Check(_) => "CHECK",
+                _ => continue,
+            };
+            return refuse(format!("{what} on column \"{}\"", column.name));
+        }
+    }
+    if let Some(constraint) = create.constraints.first() {
+        return refuse(format!("the table constraint {constraint}"));
+    }
+    Ok(())
+}

@@ -953,6 +953,7 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Rejects SQL whose DataFusion plan would not mean what the SQL says.
 fn reject_unsupported_syntax(stmt: &DFStatement) -> Result<()> {
+    ddl::reject_unenforced_constraints(stmt)?;
     use datafusion_sql::sqlparser::ast::{SetExpr, SetOperator, SetQuantifier};
     fn check(body: &SetExpr) -> Result<()> {
         match body {
