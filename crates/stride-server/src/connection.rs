@@ -533,6 +533,11 @@ impl Connection {
     /// An error inside an extended-protocol exchange: reported once, then the
     /// messages up to Sync are skipped.
     fn extended_error(&mut self, code: &str, message: &str) {
+        // As in PostgreSQL, any error inside a transaction block aborts it,
+        // also one the protocol layer raises (a bad Bind).
+        if let Some(session) = self.session.as_mut() {
+            session.fail_statement();
+        }
         self.out.error("ERROR", code, message);
         self.skip_until_sync = true;
     }

@@ -168,6 +168,24 @@ mod tests {
         assert_eq!(of(&SqlError::DuplicateObject("x".into())), "42710");
         assert_eq!(of(&SqlError::UndefinedObject("x".into())), "42704");
         assert_eq!(of(&SqlError::DependentObjects("x".into())), "2BP01");
+        assert_eq!(of(&SqlError::InFailedTransaction), "25P02");
+        assert_eq!(of(&SqlError::ReadOnlyTransaction("x".into())), "25006");
+        let storage = |e| of(&SqlError::Storage(e));
+        assert_eq!(
+            storage(StorageError::SerializationFailure("x".into())),
+            "40001"
+        );
+        let io =
+            |kind: std::io::ErrorKind| StorageError::io(std::path::Path::new("wal"), kind.into());
+        assert_eq!(storage(io(std::io::ErrorKind::StorageFull)), "53100");
+        assert_eq!(storage(io(std::io::ErrorKind::PermissionDenied)), "58030");
+        assert_eq!(
+            storage(StorageError::Unrecoverable {
+                path: "d".into(),
+                reason: "x".into()
+            }),
+            "XX001"
+        );
     }
 
     /// The same message under different kinds gives different codes, and

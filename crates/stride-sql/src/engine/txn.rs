@@ -167,6 +167,12 @@ impl Session {
         self.transaction.open && self.transaction.aborted
     }
 
+    /// A statement failed where the session did not see it (the protocol
+    /// layer refused a message of it): inside a block, the block is aborted.
+    pub fn fail_statement(&mut self) {
+        self.statement_failed();
+    }
+
     /// A statement failed: inside a block, the block is aborted; outside
     /// one, what the statement's own transaction left (should it have
     /// panicked past [`Session::writing`]) is discarded.
