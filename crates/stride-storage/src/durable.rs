@@ -310,6 +310,12 @@ impl DataDir {
                 .collect();
             Ok((lsn, schemas))
         })?;
+        // Every change of a persistent table is logged: the same LSN is the
+        // same state. Writing it again would overwrite the files the
+        // manifest names, which a crash could leave half written.
+        if let Some(prev) = last.as_ref().filter(|c| c.lsn == lsn) {
+            return Ok(prev.clone());
+        }
         let dir = self.path.join("checkpoints").join(format!("{lsn:020}"));
         fs::create_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))?;
         let mut entries = ManifestBuilder::default();
@@ -565,6 +571,15 @@ fn replay(path: &Path, c: u64, catalog: &Catalog, report: &mut RecoveryReport) -
                 p,
                 format!("the log starts at LSN {start}, after the checkpoint's LSN {c}: records are missing"),
             ));
+        }
+    }
+    // A crash while a rotation created the last segment, before its header
+    // was durable, leaves a segment that never held a record.
+    if let Some((_, p)) = segs.last() {
+        let bytes = fs::read(p).map_err(|e| StorageError::io(p, e))?;
+        if bytes.len() as u64 <= wal::SEGMENT_HEADER && wal::scan_segment(&bytes).is_err() {
+            fs::remove_file(p).map_err(|e| StorageError::io(p, e))?;
+            segs.pop();
         }
     }
     let mut end = c;
@@ -952,6 +967,10 @@ mod tests {
             assert_eq!(dir.recovery().records_replayed, 2);
             let info = dir.checkpoint(&catalog).unwrap();
             assert_eq!(info.tables, 1);
+            // Nothing changed: the checkpoint is the one there is, its
+            // files untouched.
+            let again = dir.checkpoint(&catalog).unwrap();
+            assert_eq!((again.lsn, again.time), (info.lsn, info.time));
             append(&dir, &catalog, 10..12);
             let status = dir.status();
             assert_eq!(status.checkpoint.unwrap().lsn, info.lsn);
@@ -963,6 +982,30 @@ mod tests {
         assert_eq!(dir.recovery().records_replayed, 1);
         assert_eq!(dir.recovery().tables_loaded, 1);
         drop(dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_segment_torn_in_its_header_is_dropped() {
+        let path = temp_dir("torn-header");
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            create_t(&dir, &catalog);
+        }
+        let first = segments(&path.join("wal")).unwrap()[0].0;
+        let seg = path.join("wal").join(format!("{:020}.log", first + 10_000));
+        fs::write(&seg, b"STRW").unwrap();
+        let catalog = Catalog::new();
+        let dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(rows(&catalog), 3);
+        assert!(!seg.exists());
+        append(&dir, &catalog, 3..4);
+        drop(dir);
+        let catalog = Catalog::new();
+        let _dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(rows(&catalog), 4);
+        drop(_dir);
         fs::remove_dir_all(&path).unwrap();
     }
 
