@@ -23,6 +23,7 @@ pub fn storage_table(dir: Option<&Arc<DataDir>>) -> Result<Table> {
         Field::new("log_segments", DataType::Int64, false),
         Field::new("end_lsn", DataType::Int64, false),
         Field::new("flushed_lsn", DataType::Int64, false),
+        // Since the process started.
         Field::new("commits", DataType::Int64, false),
         Field::new("fsyncs", DataType::Int64, false),
         Field::new("checkpoint_lsn", DataType::Int64, true),
