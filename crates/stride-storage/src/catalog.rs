@@ -12,9 +12,20 @@
 //!
 //! Schemas made by [`Catalog::create_transient_schema`] (generated benchmark
 //! data) are marked transient: nothing in them is logged or checkpointed.
+//!
+//! ```text
+//!   commit ──► head (validated against, built on) ──log fsync──► visible (read)
+//! ```
+//!
+//! A durable commit ([`Catalog::commit_durable`]) builds the next *head*
+//! under the writer mutex — later commits validate against it — and stays
+//! *pending* until its log record is on disk; [`Catalog::publish`] then makes
+//! the heads of every commit up to that LSN *visible*, in commit order.
+//! Readers see only the visible state: never a commit that a crash could
+//! still lose.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
 
 use arrow::array::RecordBatch;
 
@@ -154,7 +165,19 @@ impl CatalogState {
 
 #[derive(Debug, Default)]
 pub struct Catalog {
+    /// What readers see: every commit whose log record is durable.
     state: RwLock<CatalogState>,
+    /// Commits serialize here.
+    writer: Mutex<Writer>,
+}
+
+/// The commits not yet visible.
+#[derive(Debug, Default)]
+struct Writer {
+    /// The state after the last commit; `None`: the visible one.
+    head: Option<CatalogState>,
+    /// (LSN, state after that commit), in commit order.
+    pending: VecDeque<(u64, CatalogState)>,
 }
 
 impl Catalog {
@@ -170,48 +193,122 @@ impl Catalog {
         self.state.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// An independent copy of the catalog as it is now (a transaction's
-    /// private view: later changes of either do not reach the other).
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An independent copy of the catalog as readers see it now (a
+    /// transaction's private view: later changes of either do not reach the
+    /// other).
     pub fn snapshot(&self) -> Catalog {
         Catalog {
             state: RwLock::new(self.read().clone()),
+            writer: Mutex::default(),
         }
     }
 
-    /// Runs `f` on the state under the read lock: no commit happens while
-    /// it runs.
+    /// Runs `f` on the visible state under the read lock.
     pub fn read_state<R>(&self, f: impl FnOnce(&CatalogState) -> R) -> R {
         f(&self.read())
     }
 
-    /// Runs `f` on a copy of the state under the write lock and installs the
-    /// copy only when `f` succeeds: all of `f`'s changes or none.
+    /// Runs `f` on the head — the state after every commit, durable or
+    /// pending — with commits held off while it runs (a checkpoint's
+    /// consistent cut).
+    pub fn read_head<R>(&self, f: impl FnOnce(&CatalogState) -> R) -> R {
+        let writer = self.lock_writer();
+        match &writer.head {
+            Some(head) => f(head),
+            None => f(&self.read()),
+        }
+    }
+
+    /// Runs `f` on a copy of the head and installs the copy only when `f`
+    /// succeeds: all of `f`'s changes or none. Visible at once, or with the
+    /// last pending durable commit if there is one.
     pub fn commit<R>(&self, f: impl FnOnce(&mut CatalogState) -> Result<R>) -> Result<R> {
-        let mut state = self.write();
-        let mut next = state.clone();
-        let r = f(&mut next)?;
-        *state = next;
-        Ok(r)
+        let mut r = None;
+        self.commit_durable(|state| {
+            r = Some(f(state)?);
+            Ok(None)
+        })?;
+        r.ok_or_else(|| StorageError::Internal("a commit without a result".into()))
+    }
+
+    /// Like [`Catalog::commit`], for a commit whose log record `f` appends:
+    /// `f` returns its LSN, and the new state stays invisible to readers
+    /// until [`Catalog::publish`] is called with an LSN at least as large.
+    /// `f` returning `None` (nothing logged) is visible with the commits
+    /// before it. Returns the LSN whose publication makes the commit
+    /// visible (`None`: visible already).
+    pub fn commit_durable(
+        &self,
+        f: impl FnOnce(&mut CatalogState) -> Result<Option<u64>>,
+    ) -> Result<Option<u64>> {
+        let mut writer = self.lock_writer();
+        let mut next = match &writer.head {
+            Some(head) => head.clone(),
+            None => self.read().clone(),
+        };
+        let lsn = f(&mut next)?;
+        match lsn.or(writer.pending.back().map(|p| p.0)) {
+            None => {
+                *self.write() = next;
+                writer.head = None;
+                Ok(None)
+            }
+            Some(lsn) => {
+                writer.pending.push_back((lsn, next.clone()));
+                writer.head = Some(next);
+                Ok(Some(lsn))
+            }
+        }
+    }
+
+    /// Makes every pending commit with an LSN ≤ `durable` visible.
+    pub fn publish(&self, durable: u64) {
+        let mut writer = self.lock_writer();
+        let mut last = None;
+        while writer.pending.front().is_some_and(|p| p.0 <= durable) {
+            last = writer.pending.pop_front().map(|p| p.1);
+        }
+        if let Some(state) = last {
+            *self.write() = state;
+        }
+        if writer.pending.is_empty() {
+            writer.head = None;
+        }
     }
 
     /// Applies one operation.
     pub fn apply(&self, op: &CatalogOp) -> Result<()> {
-        self.write().apply(op)
+        self.commit(|state| state.apply(op))
     }
 
     pub fn create_schema(&self, name: &str, if_not_exists: bool) -> Result<()> {
-        let mut state = self.write();
-        if if_not_exists && state.schemas.contains_key(name) {
-            return Ok(());
-        }
-        state.apply(&CatalogOp::CreateSchema(name.to_string()))
+        self.commit(|state| {
+            if if_not_exists && state.schemas.contains_key(name) {
+                return Ok(());
+            }
+            state.apply(&CatalogOp::CreateSchema(name.to_string()))
+        })
     }
 
     /// Creates (if missing) a schema of generated data, which is never
     /// logged or checkpointed. An existing schema that is not transient is
     /// refused: its tables are persisted.
     pub fn create_transient_schema(&self, name: &str) -> Result<()> {
-        let mut state = self.write();
+        self.commit(|state| state.create_transient_schema(name))
+    }
+
+    pub fn drop_schema(&self, name: &str, if_exists: bool, cascade: bool) -> Result<()> {
+        self.commit(|state| state.drop_schema(name, if_exists, cascade))
+    }
+}
+
+impl CatalogState {
+    fn create_transient_schema(&mut self, name: &str) -> Result<()> {
+        let state = self;
         if state.schemas.contains_key(name) {
             if state.transient.contains(name) {
                 return Ok(());
@@ -225,8 +322,8 @@ impl Catalog {
         Ok(())
     }
 
-    pub fn drop_schema(&self, name: &str, if_exists: bool, cascade: bool) -> Result<()> {
-        let mut state = self.write();
+    fn drop_schema(&mut self, name: &str, if_exists: bool, cascade: bool) -> Result<()> {
+        let state = self;
         match state.schemas.get(name) {
             None if if_exists => Ok(()),
             None => Err(StorageError::SchemaNotFound(name.to_string())),
@@ -240,7 +337,9 @@ impl Catalog {
             }
         }
     }
+}
 
+impl Catalog {
     pub fn schema_exists(&self, name: &str) -> bool {
         self.read().schemas.contains_key(name)
     }
@@ -276,16 +375,18 @@ impl Catalog {
 
     /// Adds a table. With `replace`, an existing table of that name is swapped out.
     pub fn put_table(&self, schema: &str, table: Table, replace: bool) -> Result<()> {
-        let mut state = self.write();
-        let tables = state.tables_mut(schema)?;
-        if !replace && tables.contains_key(table.name()) {
-            return Err(StorageError::AlreadyExists {
-                kind: ObjectKind::Table,
-                name: format!("{schema}.{}", table.name()),
-            });
-        }
-        tables.insert(table.name().to_string(), Arc::new(table));
-        Ok(())
+        let table = Arc::new(table);
+        self.commit(|state| {
+            let tables = state.tables_mut(schema)?;
+            if !replace && tables.contains_key(table.name()) {
+                return Err(StorageError::AlreadyExists {
+                    kind: ObjectKind::Table,
+                    name: format!("{schema}.{}", table.name()),
+                });
+            }
+            tables.insert(table.name().to_string(), table.clone());
+            Ok(())
+        })
     }
 
     /// Atomically replaces table `name` with `f(current)`, so that two
@@ -296,23 +397,56 @@ impl Catalog {
         name: &str,
         f: impl FnOnce(&Table) -> Result<Table>,
     ) -> Result<Arc<Table>> {
-        let mut state = self.write();
-        let tables = state.tables_mut(schema)?;
-        let current = tables
-            .get(name)
-            .ok_or_else(|| StorageError::TableNotFound(format!("{schema}.{name}")))?;
-        let next = Arc::new(f(current)?);
-        tables.insert(name.to_string(), next.clone());
-        Ok(next)
+        self.commit(|state| {
+            let tables = state.tables_mut(schema)?;
+            let current = tables
+                .get(name)
+                .ok_or_else(|| StorageError::TableNotFound(format!("{schema}.{name}")))?;
+            let next = Arc::new(f(current)?);
+            tables.insert(name.to_string(), next.clone());
+            Ok(next)
+        })
     }
 
     pub fn drop_table(&self, schema: &str, name: &str, if_exists: bool) -> Result<()> {
-        let mut state = self.write();
-        let removed = state.schemas.get_mut(schema).and_then(|t| t.remove(name));
-        match removed {
-            Some(_) => Ok(()),
-            None if if_exists => Ok(()),
-            None => Err(StorageError::TableNotFound(format!("{schema}.{name}"))),
-        }
+        self.commit(|state| {
+            let removed = state.schemas.get_mut(schema).and_then(|t| t.remove(name));
+            match removed {
+                Some(_) => Ok(()),
+                None if if_exists => Ok(()),
+                None => Err(StorageError::TableNotFound(format!("{schema}.{name}"))),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_durable_commit_is_visible_only_once_published() {
+        let catalog = Catalog::new();
+        let create = |name: &str| CatalogOp::CreateSchema(name.to_string());
+        catalog
+            .commit_durable(|s| s.apply(&create("a")).map(|()| Some(10)))
+            .unwrap();
+        // Later commits build on it; readers do not see it yet.
+        catalog
+            .commit_durable(|s| s.apply(&create("b")).map(|()| Some(20)))
+            .unwrap();
+        assert!(catalog.commit(|s| s.apply(&create("a"))).is_err());
+        assert!(!catalog.schema_exists("a"));
+        assert!(catalog.read_head(|s| s.schema_exists("a") && s.schema_exists("b")));
+        // An unlogged commit becomes visible with the last pending one.
+        catalog.create_schema("c", false).unwrap();
+        assert!(!catalog.schema_exists("c"));
+        catalog.publish(15);
+        assert!(catalog.schema_exists("a") && !catalog.schema_exists("b"));
+        catalog.publish(20);
+        assert!(catalog.schema_exists("b") && catalog.schema_exists("c"));
+        // Nothing pending: a commit is visible at once.
+        catalog.create_schema("d", false).unwrap();
+        assert!(catalog.schema_exists("d"));
     }
 }

@@ -28,7 +28,7 @@
 //! dropped the dirty pages, so no later commit is acknowledged (every one
 //! fails with an I/O error) until the server restarts and recovers.
 //!
-//! **Checkpoints.** Under the catalog's read lock (no commit in between) the
+//! **Checkpoints.** Under the catalog's writer lock (no commit in between) the
 //! log is rotated — the current segment fsynced, a new segment started at
 //! the end LSN `C` — and the persistent tables are taken as snapshots. The
 //! tables are written to `checkpoints/C/` and fsynced, then the manifest is
@@ -276,7 +276,8 @@ impl DataDir {
         self.checkpoint_log_bytes.store(bytes, Ordering::Relaxed);
     }
 
-    /// Writes a checkpoint of `catalog`'s persistent schemas and truncates
+    /// Writes a checkpoint of `catalog`'s persistent schemas (its head:
+    /// every commit appended to the log, durable or pending) and truncates
     /// the log; waits for a running checkpoint first.
     pub fn checkpoint(&self, catalog: &Catalog) -> Result<CheckpointInfo> {
         let guard = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
@@ -301,7 +302,7 @@ impl DataDir {
         catalog: &Catalog,
     ) -> Result<CheckpointInfo> {
         // A consistent cut: no commit between the rotation and the snapshot.
-        let (lsn, schemas) = catalog.read_state(|state| -> Result<_> {
+        let (lsn, schemas) = catalog.read_head(|state| -> Result<_> {
             let lsn = self.rotate()?;
             let schemas: Vec<(String, Vec<Arc<Table>>)> = state
                 .schemas()

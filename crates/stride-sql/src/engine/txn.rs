@@ -26,13 +26,13 @@
 //!   the table's current snapshot.
 //!
 //! With a data directory the operations (those outside transient schemas)
-//! become one log record, appended under the catalog's write lock — log
+//! become one log record, appended under the catalog's writer lock — log
 //! order is commit order — and the statement is acknowledged only after the
-//! group-commit fsync covered it (`stride_storage::durable`). The new
-//! snapshots are published at the append, before the fsync: a concurrent
-//! reader may see a commit whose fsync is in flight; its committer is not
-//! acknowledged before the fsync, and any later commit lies after it in
-//! the log. When the log has passed the checkpoint size, the committing
+//! group-commit fsync covered it (`stride_storage::durable`). Later commits
+//! validate against the new state at once, but readers (and new
+//! transactions' snapshots) see it only once its record is durable
+//! (`Catalog::publish`): nobody reads what a crash could still take back.
+//! When the log has passed the checkpoint size, the committing
 //! session writes the checkpoint after its commit is durable (the
 //! statement returns after it).
 //!
@@ -427,7 +427,7 @@ impl Engine {
             }
         }
         let conflict = |what: String| StorageError::SerializationFailure(what);
-        let lsn = self.catalog.commit(|state| {
+        let lsn = self.catalog.commit_durable(|state| {
             for ((schema, table), t) in touched {
                 let now = state.table(schema, table);
                 let same = match (now, &t.base) {
@@ -460,6 +460,7 @@ impl Engine {
         })?;
         if let (Some(d), Some(lsn)) = (dir, lsn) {
             d.wait_durable(lsn)?;
+            self.catalog.publish(lsn);
             if d.wants_checkpoint() {
                 // The commit is durable whatever happens to the checkpoint;
                 // a failed one is reported and tried again at a later commit.
