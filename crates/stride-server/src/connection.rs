@@ -522,13 +522,22 @@ impl Connection {
     }
 
     fn ready(&mut self) {
-        let in_block = self.session.as_ref().is_some_and(|s| s.in_transaction());
-        self.out.ready(if in_block { b'T' } else { b'I' });
+        let status = match &self.session {
+            Some(s) if s.in_failed_transaction() => b'E',
+            Some(s) if s.in_transaction() => b'T',
+            _ => b'I',
+        };
+        self.out.ready(status);
     }
 
     /// An error inside an extended-protocol exchange: reported once, then the
     /// messages up to Sync are skipped.
     fn extended_error(&mut self, code: &str, message: &str) {
+        // As in PostgreSQL, any error inside a transaction block aborts it,
+        // also one the protocol layer raises (a bad Bind).
+        if let Some(session) = self.session.as_mut() {
+            session.fail_statement();
+        }
         self.out.error("ERROR", code, message);
         self.skip_until_sync = true;
     }

@@ -48,6 +48,10 @@ pub const DEPENDENT_OBJECTS_STILL_EXIST: &str = "2BP01";
 pub const OBJECT_IN_USE: &str = "55006";
 pub const INVALID_GRANT_OPERATION: &str = "0LP01";
 pub const RESERVED_NAME: &str = "42939";
+pub const SERIALIZATION_FAILURE: &str = "40001";
+pub const IN_FAILED_SQL_TRANSACTION: &str = "25P02";
+pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+pub const DATA_CORRUPTED: &str = "XX001";
 
 /// The SQLSTATE of an engine error, read from its variant and typed kind
 /// alone: no message is looked at.
@@ -111,11 +115,19 @@ pub fn of(e: &SqlError) -> &'static str {
             StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 UNDEFINED_FILE
             }
+            StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
+                DISK_FULL
+            }
             StorageError::Io { .. } => IO_ERROR,
+            StorageError::SerializationFailure(_) => SERIALIZATION_FAILURE,
+            StorageError::Unrecoverable { .. } => DATA_CORRUPTED,
+            StorageError::DataDirInUse { .. } => OBJECT_IN_USE,
             // A file that is not what its format says.
             StorageError::Arrow(_) | StorageError::Parquet(_) => DATA_EXCEPTION,
             StorageError::Internal(_) => INTERNAL_ERROR,
         },
+        SqlError::InFailedTransaction => IN_FAILED_SQL_TRANSACTION,
+        SqlError::ReadOnlyTransaction(_) => READ_ONLY_SQL_TRANSACTION,
         SqlError::Internal(_) => INTERNAL_ERROR,
     }
 }
@@ -156,6 +168,24 @@ mod tests {
         assert_eq!(of(&SqlError::DuplicateObject("x".into())), "42710");
         assert_eq!(of(&SqlError::UndefinedObject("x".into())), "42704");
         assert_eq!(of(&SqlError::DependentObjects("x".into())), "2BP01");
+        assert_eq!(of(&SqlError::InFailedTransaction), "25P02");
+        assert_eq!(of(&SqlError::ReadOnlyTransaction("x".into())), "25006");
+        let storage = |e| of(&SqlError::Storage(e));
+        assert_eq!(
+            storage(StorageError::SerializationFailure("x".into())),
+            "40001"
+        );
+        let io =
+            |kind: std::io::ErrorKind| StorageError::io(std::path::Path::new("wal"), kind.into());
+        assert_eq!(storage(io(std::io::ErrorKind::StorageFull)), "53100");
+        assert_eq!(storage(io(std::io::ErrorKind::PermissionDenied)), "58030");
+        assert_eq!(
+            storage(StorageError::Unrecoverable {
+                path: "d".into(),
+                reason: "x".into()
+            }),
+            "XX001"
+        );
     }
 
     /// The same message under different kinds gives different codes, and

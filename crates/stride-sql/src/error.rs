@@ -68,6 +68,13 @@ pub enum SqlError {
     /// (PostgreSQL: "cached plan must not change result type").
     #[error("{0}")]
     PlanInvalidated(String),
+    /// A statement in a transaction block that failed earlier (SQLSTATE
+    /// 25P02).
+    #[error("current transaction is aborted, commands ignored until end of transaction block")]
+    InFailedTransaction,
+    /// A write in a read-only transaction (SQLSTATE 25006).
+    #[error("{0}")]
+    ReadOnlyTransaction(String),
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -15,7 +15,8 @@
 //! * [`coerce`] — literal typing fixes applied before DataFusion's coercion;
 //! * [`engine`] — engine and sessions, one submodule per statement kind:
 //!   queries and EXPLAIN, prepared statements with parameters, DDL/DML,
-//!   SET/SHOW and transaction blocks;
+//!   SET/SHOW, transactions (snapshot isolation, first committer wins,
+//!   commits logged to the data directory);
 //! * [`error`] — `SqlError` and the typed kinds its SQLSTATE is read from;
 //! * [`interrupt`] — cancels and `statement_timeout`, also inside the
 //!   optimizer;
@@ -26,7 +27,9 @@
 //!   [`scram`] — the SCRAM-SHA-256 verifiers roles keep of passwords;
 //! * [`history`] — recorded per-pipeline costs, SRPT's work estimates;
 //! * [`activity`] — the query log and the system views `stride.queries`,
-//!   `stride.workers`.
+//!   `stride.workers`;
+//! * [`storage_view`] — the system views `stride.storage` and
+//!   `stride.storage_tables` (the data directory's state).
 
 pub mod activity;
 pub mod coerce;
@@ -43,6 +46,7 @@ pub mod lower;
 pub mod roles;
 pub mod scram;
 pub mod settings;
+pub mod storage_view;
 
 pub use engine::{
     Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session, SpillConfig,

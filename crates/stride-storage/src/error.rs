@@ -23,8 +23,30 @@ pub enum StorageError {
     Arrow(#[from] ArrowError),
     #[error("Parquet error: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
+    /// A commit found that a concurrent transaction committed a change to
+    /// what it wrote first (first committer wins; SQLSTATE 40001).
+    #[error("could not serialize access due to concurrent update: {0}")]
+    SerializationFailure(String),
+    /// A data directory whose contents cannot be recovered (an unknown
+    /// format version, a corrupt checkpoint, a gap in the log): Stride
+    /// refuses to start rather than start empty.
+    #[error("cannot recover data directory {path}: {reason}")]
+    Unrecoverable { path: String, reason: String },
+    /// Another process holds the data directory's lock.
+    #[error("data directory {path} is in use by another process ({holder})")]
+    DataDirInUse { path: String, holder: String },
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl StorageError {
+    /// An I/O error on `path`.
+    pub fn io(path: &std::path::Path, source: std::io::Error) -> Self {
+        StorageError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
 }
 
 /// The kind of catalog object an error is about, so that callers tell a

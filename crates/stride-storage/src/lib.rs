@@ -7,13 +7,17 @@
 //! * [`tpch`], [`ssb`] — data generators (TPC-H through `tpchgen-arrow`; the Star
 //!   Schema Benchmark following its specification).
 //! * [`files`] — loading Parquet and CSV files, writing Parquet.
+//! * [`wal`], [`durable`] — the data directory: write-ahead log (group
+//!   commit), checkpoints as Arrow IPC files, crash recovery.
 
 pub mod catalog;
+pub mod durable;
 pub mod error;
 pub mod files;
 pub mod ssb;
 pub mod table;
 pub mod tpch;
+pub mod wal;
 
 pub use catalog::Catalog;
 pub use error::{ObjectKind, StorageError};

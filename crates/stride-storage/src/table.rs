@@ -5,6 +5,7 @@
 //! blocks (`RecordBatch` clones are reference-counted), so readers never see a
 //! partially written table and writers never wait for readers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::{AsArray, RecordBatch};
@@ -12,9 +13,16 @@ use arrow::datatypes::{DataType, Float64Type, SchemaRef};
 
 use crate::error::{Result, StorageError};
 
+/// Source of table incarnation ids; Relaxed: ids only need to be unique.
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
 #[derive(Debug, Clone)]
 pub struct Table {
     name: String,
+    /// The table's incarnation: new for every [`Table::new`], kept by
+    /// [`Table::append`], so that a committing transaction tells a table it
+    /// appended to from one dropped and created again under the same name.
+    id: u64,
     schema: SchemaRef,
     blocks: Arc<[RecordBatch]>,
     rows: usize,
@@ -39,6 +47,7 @@ impl Table {
         let rows = blocks.iter().map(|b| b.num_rows()).sum();
         Ok(Table {
             name: name.into(),
+            id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             ranges: empty_ranges(&schema),
             schema,
             blocks: blocks.into(),
@@ -78,6 +87,11 @@ impl Table {
         &self.name
     }
 
+    /// The table's incarnation (see the field).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
     }
@@ -106,6 +120,7 @@ impl Table {
         let rows = blocks.iter().map(|b| b.num_rows()).sum();
         Ok(Table {
             name: self.name.clone(),
+            id: self.id,
             ranges: empty_ranges(&self.schema),
             schema: self.schema.clone(),
             blocks: blocks.into(),

@@ -124,6 +124,17 @@ struct GlobalArgs {
     /// 53400. `SET temp_file_limit` changes it.
     #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size)]
     temp_file_limit: Option<usize>,
+    /// Keep the catalog and every table created or loaded by SQL in this
+    /// directory (created if missing): a write-ahead log fsynced at each
+    /// commit, checkpoints as Arrow IPC files, recovery at start. One
+    /// process per directory. Generated schemas (--tpch, --ssb) stay in
+    /// memory only. Without it, nothing outlives the process.
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Log bytes after which a commit triggers a checkpoint (default
+    /// 256MB). `SET stride.checkpoint_log_size` changes it.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size, requires = "data_dir")]
+    checkpoint_log_size: Option<usize>,
 }
 
 /// Parses a memory size (`4GB`, `512MB`; no unit: kilobytes).
@@ -359,6 +370,37 @@ fn start_traced(
     });
     if let Some(mode) = estimates {
         engine.history().set_mode(mode);
+    }
+    if let Some(dir) = &global.data_dir {
+        let config = stride_storage::durable::DataDirConfig {
+            path: dir.clone(),
+            checkpoint_log_bytes: global
+                .checkpoint_log_size
+                .map_or(stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES, |b| {
+                    b as u64
+                }),
+        };
+        let report = engine
+            .open_data_dir(&config)
+            .with_context(|| format!("opening data directory {}", dir.display()))?;
+        eprintln!(
+            "stride: data directory {}: {} tables from checkpoint {}, {} log records replayed{} in {:.1?}",
+            dir.display(),
+            report.tables_loaded,
+            report
+                .checkpoint_lsn
+                .map_or_else(|| "none".to_string(), |l| format!("at LSN {l}")),
+            report.records_replayed,
+            if report.torn_bytes_cut > 0 {
+                format!(
+                    " ({} bytes of a torn last record cut off)",
+                    report.torn_bytes_cut
+                )
+            } else {
+                String::new()
+            },
+            report.elapsed
+        );
     }
     // The command line's user owns the process; `serve` narrows this.
     engine.set_file_access(stride_sql::FileAccess::Any);

@@ -8,19 +8,31 @@ use arrow::datatypes::SchemaRef;
 use datafusion_common::SchemaReference;
 use datafusion_expr::logical_plan::{DdlStatement, DmlStatement, WriteOp};
 use datafusion_expr::LogicalPlan;
-use stride_storage::catalog::DEFAULT_SCHEMA;
+use stride_storage::catalog::{CatalogOp, DEFAULT_SCHEMA};
 use stride_storage::Table;
 
 use super::{command, Session, StatementOutput};
 use crate::error::{PlanKind, Result, SqlError};
 
 impl Session {
+    /// Runs a DDL statement inside the session's transaction
+    /// ([`Session::writing`]): reads its view, records its operations.
     pub(super) fn ddl(&mut self, ddl: DdlStatement) -> Result<StatementOutput> {
-        let catalog = self.engine.catalog.clone();
+        let catalog = self.catalog_view().clone();
         match ddl {
             DdlStatement::CreateCatalogSchema(c) => {
                 let name = c.schema_name.rsplit('.').next().unwrap_or(&c.schema_name);
-                catalog.create_schema(name, c.if_not_exists)?;
+                if catalog.schema_exists(name) {
+                    if c.if_not_exists {
+                        return Ok(command("CREATE SCHEMA"));
+                    }
+                    return Err(stride_storage::StorageError::AlreadyExists {
+                        kind: stride_storage::ObjectKind::Schema,
+                        name: name.to_string(),
+                    }
+                    .into());
+                }
+                self.write_op(CatalogOp::CreateSchema(name.to_string()))?;
                 Ok(command("CREATE SCHEMA"))
             }
             DdlStatement::DropCatalogSchema(d) => {
@@ -28,11 +40,22 @@ impl Session {
                     SchemaReference::Bare { schema } => schema.to_string(),
                     SchemaReference::Full { schema, .. } => schema.to_string(),
                 };
-                let existed = catalog.schema_exists(&name);
-                catalog.drop_schema(&name, d.if_exists, d.cascade)?;
-                if existed {
-                    self.engine.roles.schema_dropped(&name);
+                let tables = match catalog.table_names(&name) {
+                    Ok(t) => t,
+                    Err(_) if d.if_exists => return Ok(command("DROP SCHEMA")),
+                    Err(e) => return Err(e.into()),
+                };
+                if !tables.is_empty() && !d.cascade {
+                    return Err(stride_storage::StorageError::SchemaNotEmpty(name).into());
                 }
+                for table in tables {
+                    self.write_op(CatalogOp::DropTable {
+                        schema: name.clone(),
+                        table,
+                    })?;
+                }
+                self.write_op(CatalogOp::DropSchema(name.clone()))?;
+                self.schema_dropped(&name);
                 if self.default_schema == name {
                     self.default_schema = DEFAULT_SCHEMA.to_string();
                 }
@@ -40,16 +63,23 @@ impl Session {
             }
             DdlStatement::DropTable(d) => {
                 let (schema, table) = self.table_name(&d.name);
-                let existed = catalog.table(&schema, &table).is_ok();
-                catalog.drop_table(&schema, &table, d.if_exists)?;
-                if existed {
-                    self.engine.roles.table_dropped(&schema, &table);
+                match catalog.table(&schema, &table) {
+                    Ok(_) => {
+                        self.write_op(CatalogOp::DropTable {
+                            schema: schema.clone(),
+                            table: table.clone(),
+                        })?;
+                        self.table_dropped(&schema, &table);
+                    }
+                    Err(_) if d.if_exists => {}
+                    Err(e) => return Err(e.into()),
                 }
                 Ok(command("DROP TABLE"))
             }
             DdlStatement::CreateMemoryTable(c) => {
                 let (schema, table) = self.table_name(&c.name);
-                if catalog.table(&schema, &table).is_ok() {
+                let existed = catalog.table(&schema, &table).is_ok();
+                if existed {
                     if c.if_not_exists {
                         return Ok(command("CREATE TABLE"));
                     }
@@ -72,12 +102,8 @@ impl Session {
                     let n = out.num_rows();
                     (out.batches, format!("SELECT {n}"))
                 };
-                let existed = catalog.table(&schema, &table).is_ok();
                 let t = Table::new(table.clone(), arrow_schema, batches)?;
-                catalog.put_table(&schema, t, c.or_replace)?;
-                if !existed {
-                    self.engine.roles.table_created(&schema, &table, self.role);
-                }
+                self.put_table(&schema, t, existed)?;
                 Ok(command(&tag))
             }
             DdlStatement::CreateExternalTable(c) => {
@@ -119,6 +145,13 @@ impl Session {
                 if existed && c.if_not_exists {
                     return Ok(command("CREATE TABLE"));
                 }
+                if existed && !c.or_replace {
+                    return Err(stride_storage::StorageError::AlreadyExists {
+                        kind: stride_storage::ObjectKind::Table,
+                        name: format!("{schema}.{table}"),
+                    }
+                    .into());
+                }
                 // Each block is charged to the statement's share before the
                 // next is read: a file larger than the share fails with
                 // 53200 instead of taking the server's memory. The charge
@@ -137,10 +170,7 @@ impl Session {
                     self.interrupt.check()?;
                 }
                 let t = Table::new(table.clone(), file_schema, loaded)?;
-                catalog.put_table(&schema, t, c.or_replace)?;
-                if !existed {
-                    self.engine.roles.table_created(&schema, &table, self.role);
-                }
+                self.put_table(&schema, t, existed)?;
                 Ok(command("CREATE TABLE"))
             }
             other => Err(SqlError::Unsupported(other.name().to_string())),
@@ -154,12 +184,82 @@ impl Session {
                 let plan = self.optimize(dml.input.as_ref().clone())?;
                 let out = self.run_query(&plan)?;
                 let n = out.num_rows();
-                self.engine
-                    .catalog
-                    .update_table(&schema, &table, |t| t.append(out.batches))?;
+                // The target must exist in the view even for no rows.
+                self.catalog_view().table(&schema, &table)?;
+                self.write_op(CatalogOp::Append {
+                    schema,
+                    table,
+                    blocks: out.batches,
+                })?;
                 Ok(command(&format!("INSERT 0 {n}")))
             }
             other => Err(SqlError::Unsupported(format!("{other}"))),
         }
     }
+}
+
+impl Session {
+    /// Creates or (`replacing`) replaces a table in the transaction's view.
+    fn put_table(&mut self, schema: &str, table: Table, replacing: bool) -> Result<()> {
+        let name = table.name().to_string();
+        self.write_op(CatalogOp::PutTable {
+            schema: schema.to_string(),
+            table: Arc::new(table),
+        })?;
+        if !replacing {
+            self.table_created(schema, &name);
+        }
+        Ok(())
+    }
+}
+
+/// Refuses constraints in `CREATE TABLE` that Stride would accept and not
+/// enforce: character lengths (`varchar(n)`, `char(n)`), `PRIMARY KEY`,
+/// `UNIQUE`, `REFERENCES` / `FOREIGN KEY` and `CHECK`. `NOT NULL` is
+/// enforced (a NULL into such a column fails).
+pub(super) fn reject_unenforced_constraints(
+    stmt: &datafusion_sql::parser::Statement,
+) -> Result<()> {
+    use datafusion_sql::sqlparser::ast::{ColumnOption, DataType, Statement};
+    let datafusion_sql::parser::Statement::Statement(s) = stmt else {
+        return Ok(());
+    };
+    let Statement::CreateTable(create) = s.as_ref() else {
+        return Ok(());
+    };
+    let refuse = |what: String| {
+        Err(SqlError::Unsupported(format!(
+            "{what}: Stride does not enforce it (declare the column without it)"
+        )))
+    };
+    for column in &create.columns {
+        match &column.data_type {
+            DataType::Varchar(Some(_))
+            | DataType::Char(Some(_))
+            | DataType::Character(Some(_))
+            | DataType::CharacterVarying(Some(_))
+            | DataType::CharVarying(Some(_))
+            | DataType::Nvarchar(Some(_)) => {
+                return refuse(format!(
+                    "the length of column \"{}\" ({})",
+                    column.name, column.data_type
+                ))
+            }
+            _ => {}
+        }
+        for option in &column.options {
+            let what = match &option.option {
+                ColumnOption::PrimaryKey(_) => "PRIMARY KEY",
+                ColumnOption::Unique(_) => "UNIQUE",
+                ColumnOption::ForeignKey(_) => "REFERENCES",
+                ColumnOption::Check(_) => "CHECK",
+                _ => continue,
+            };
+            return refuse(format!("{what} on column \"{}\"", column.name));
+        }
+    }
+    if let Some(constraint) = create.constraints.first() {
+        return refuse(format!("the table constraint {constraint}"));
+    }
+    Ok(())
 }

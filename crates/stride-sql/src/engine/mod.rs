@@ -21,7 +21,10 @@
 //!   scheduler accounting; `EXPLAIN` and planning without running;
 //! * `ddl` — `CREATE`/`DROP SCHEMA`, `CREATE`/`DROP TABLE`,
 //!   `CREATE EXTERNAL TABLE`, `INSERT`;
-//! * `set` — `SET`, `SHOW`, `BEGIN`/`COMMIT`/`ROLLBACK`.
+//! * `set` — `SET`, `SHOW`;
+//! * `txn` — `BEGIN`/`COMMIT`/`ROLLBACK`: snapshot isolation on private
+//!   catalog views, first committer wins, the commit of every write (to the
+//!   data directory's log when there is one).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,8 +56,10 @@ mod ddl;
 mod prepared;
 mod query;
 mod set;
+mod txn;
 
 pub use prepared::Prepared;
+use txn::TransactionState;
 
 /// Engine settings.
 #[derive(Debug, Clone, Default)]
@@ -196,6 +201,8 @@ pub struct Engine {
     /// Where queries spill; replaced by `SET stride.temp_directory` (a
     /// running query keeps the area it started with).
     spill: Mutex<Arc<stride_exec::SpillArea>>,
+    /// The data directory commits are logged to (`--data-dir`); set once.
+    data_dir: std::sync::OnceLock<Arc<stride_storage::durable::DataDir>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -270,7 +277,39 @@ impl Engine {
                 area.set_force(config.spill.force);
                 area
             }),
+            data_dir: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Opens the data directory, recovers its tables into the catalog and
+    /// logs every commit from now on. Call once, before any table is
+    /// created or generated.
+    pub fn open_data_dir(
+        &self,
+        config: &stride_storage::durable::DataDirConfig,
+    ) -> Result<&stride_storage::durable::RecoveryReport> {
+        if self.data_dir.get().is_some() {
+            return Err(SqlError::Internal(
+                "a data directory is open already".into(),
+            ));
+        }
+        let dir = stride_storage::durable::DataDir::open(config, &self.catalog)?;
+        let dir = self.data_dir.get_or_init(|| Arc::new(dir));
+        Ok(dir.recovery())
+    }
+
+    /// The data directory, if one is open.
+    pub fn data_dir(&self) -> Option<&Arc<stride_storage::durable::DataDir>> {
+        self.data_dir.get()
+    }
+
+    /// `CHECKPOINT`: writes the persistent tables to the data directory and
+    /// truncates its log; `None` without a data directory.
+    pub fn checkpoint(&self) -> Result<Option<stride_storage::durable::CheckpointInfo>> {
+        match self.data_dir.get() {
+            Some(d) => Ok(Some(d.checkpoint(&self.catalog)?)),
+            None => Ok(None),
+        }
     }
 
     /// The spill area new queries spill to.
@@ -391,6 +430,11 @@ impl Engine {
                 &self.spill_area(),
             )
             .map(Some),
+            "storage" => crate::storage_view::storage_table(self.data_dir()).map(Some),
+            "storage_tables" => {
+                crate::storage_view::storage_tables_table(&self.catalog, self.data_dir().is_some())
+                    .map(Some)
+            }
             _ => crate::activity::system_table(name, &self.log, &self.scheduler, viewer),
         }
     }
@@ -439,10 +483,13 @@ impl Engine {
         }
     }
 
-    /// Adds generated tables under `schema` (created if missing), replacing
-    /// tables of the same names.
+    /// Adds generated tables under `schema` (created if missing, transient:
+    /// never logged nor checkpointed), replacing tables of the same names.
+    /// With a data directory, a schema of persisted tables is refused.
     pub fn add_tables(&self, schema: &str, tables: Vec<Table>) -> Result<()> {
-        self.catalog.create_schema(schema, true)?;
+        if self.data_dir.get().is_some() || !self.catalog.schema_exists(schema) {
+            self.catalog.create_transient_schema(schema)?;
+        }
         for t in tables {
             // The bootstrap superuser owns tables loaded outside SQL.
             self.roles.table_dropped(schema, t.name());
@@ -491,17 +538,6 @@ pub struct Session {
     statement_stats: RefCell<Option<QueryStats>>,
 }
 
-/// `BEGIN` … `COMMIT` bookkeeping. Stride runs every statement atomically on
-/// its own (each query reads one immutable snapshot, each write replaces a
-/// table snapshot), so a transaction block groups nothing; it is accepted so
-/// that drivers which open one work, and a `ROLLBACK` that would have to undo
-/// a write is refused rather than pretending.
-#[derive(Debug, Default, Clone, Copy)]
-struct TransactionState {
-    open: bool,
-    wrote: bool,
-}
-
 fn external(e: SqlError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
@@ -529,7 +565,7 @@ impl Session {
 
     /// Sets the schema unqualified table names resolve in.
     pub fn set_default_schema(&mut self, schema: &str) -> Result<()> {
-        if !self.engine.catalog.schema_exists(schema) {
+        if !self.catalog_view().schema_exists(schema) {
             return Err(SqlError::undefined(
                 UndefinedKind::Schema,
                 format!("schema \"{schema}\" does not exist"),
@@ -567,9 +603,21 @@ impl Session {
 
     fn run_statements(&mut self, sql: &str) -> Vec<Result<StatementOutput>> {
         let parse_start = Instant::now();
+        if prepared::is_checkpoint(sql) {
+            let result = self
+                .prepare_text(sql)
+                .and_then(|p| self.run_prepared(&p, Vec::new()));
+            if result.is_err() {
+                self.statement_failed();
+            }
+            return vec![result];
+        }
         let statements = match crate::limits::parse(sql) {
             Ok(s) => s,
-            Err(e) => return vec![Err(e)],
+            Err(e) => {
+                self.statement_failed();
+                return vec![Err(e)];
+            }
         };
         // Parsing the request counts as planning of its first query; binding
         // (SQL to logical plan) as planning of the statement bound.
@@ -601,6 +649,9 @@ impl Session {
                 .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))))
             });
             let failed = result.is_err();
+            if failed {
+                self.statement_failed();
+            }
             out.push(result);
             if failed {
                 break;
@@ -633,7 +684,7 @@ impl Session {
         let system = |name: &str| engine.system_view(name, viewer);
         let session_user = self.current_user();
         let ctx = PlannerContext {
-            catalog: &engine.catalog,
+            catalog: self.catalog_view(),
             functions: &engine.functions,
             default_schema: &self.default_schema,
             options: &engine.options,
@@ -764,7 +815,7 @@ impl Session {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
                 let (schema, table) = self.table_name(&c.name);
                 roles.check_schema(self.role, &schema, SchemaPrivilege::Create)?;
-                if c.or_replace && self.engine.catalog.table(&schema, &table).is_ok() {
+                if c.or_replace && self.catalog_view().table(&schema, &table).is_ok() {
                     roles.check_owner(self.role, &schema, &table)?;
                 }
             }
@@ -773,7 +824,7 @@ impl Session {
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(d)) => {
                 let (schema, table) = self.table_name(&d.name);
-                if self.engine.catalog.table(&schema, &table).is_ok() {
+                if self.catalog_view().table(&schema, &table).is_ok() {
                     roles.check_owner(self.role, &schema, &table)?;
                 }
             }
@@ -828,12 +879,12 @@ impl Session {
         let start = Instant::now();
         match plan {
             LogicalPlan::Ddl(ddl) => {
-                self.transaction.wrote |= self.transaction.open;
-                self.logged(sql, |s| s.ddl(ddl))
+                let what = statement_words(sql);
+                self.logged(sql, |s| s.writing(&what, |s| s.ddl(ddl)))
             }
             LogicalPlan::Dml(dml) => {
-                self.transaction.wrote |= self.transaction.open;
-                self.logged(sql, |s| s.dml(dml))
+                let what = statement_words(sql);
+                self.logged(sql, |s| s.writing(&what, |s| s.dml(dml)))
             }
             LogicalPlan::Statement(Statement::SetVariable(set)) => {
                 self.set(&set.variable.to_lowercase(), &set.value)
@@ -910,6 +961,7 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Rejects SQL whose DataFusion plan would not mean what the SQL says.
 fn reject_unsupported_syntax(stmt: &DFStatement) -> Result<()> {
+    ddl::reject_unenforced_constraints(stmt)?;
     use datafusion_sql::sqlparser::ast::{SetExpr, SetOperator, SetQuantifier};
     fn check(body: &SetExpr) -> Result<()> {
         match body {
@@ -974,6 +1026,16 @@ fn reject_unsupported_syntax(stmt: &DFStatement) -> Result<()> {
         },
         _ => Ok(()),
     }
+}
+
+/// A statement's kind for messages: its first two words (`CREATE TABLE`,
+/// `INSERT INTO`).
+fn statement_words(sql: &str) -> String {
+    sql.split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_uppercase()
 }
 
 fn command(tag: &str) -> StatementOutput {

@@ -14,6 +14,7 @@ use datafusion_sql::sqlparser::ast::Statement as SqlStatement;
 use stride_storage::Table;
 
 use super::set::show_schema;
+use super::txn::TxnOp;
 use super::{command, external, panic_text, reject_unsupported_syntax, Session, StatementOutput};
 use crate::context::{SourceOrigin, StrideTableSource};
 use crate::error::{PlanKind, Result, SqlError, UndefinedKind};
@@ -41,8 +42,10 @@ enum PreparedKind {
     /// No statement at all (an empty query string).
     Empty,
     Show(String),
-    /// BEGIN (`Some(true)`), COMMIT (`Some(false)`) or ROLLBACK (`None`).
-    Transaction(Option<bool>),
+    /// BEGIN, COMMIT, ROLLBACK, SET TRANSACTION.
+    Transaction(TxnOp),
+    /// `CHECKPOINT`.
+    Checkpoint,
     Plan(LogicalPlan),
     /// `DEALLOCATE name` (`Some`) or `DEALLOCATE ALL`.
     Deallocate(Option<String>),
@@ -65,10 +68,23 @@ impl Session {
     /// protocol's Parse). `sql` holding more than one statement is an error.
     pub fn prepare(&mut self, sql: &str) -> Result<Prepared> {
         self.begin_request();
-        crate::limits::on_statement_stack(|| self.prepare_text(sql))
+        let prepared = crate::limits::on_statement_stack(|| self.prepare_text(sql));
+        if prepared.is_err() {
+            self.statement_failed();
+        }
+        prepared
     }
 
-    fn prepare_text(&mut self, sql: &str) -> Result<Prepared> {
+    pub(super) fn prepare_text(&mut self, sql: &str) -> Result<Prepared> {
+        if is_checkpoint(sql) {
+            self.check_not_aborted()?;
+            return Ok(Prepared {
+                kind: PreparedKind::Checkpoint,
+                param_types: Vec::new(),
+                schema: None,
+                sql: "CHECKPOINT".into(),
+            });
+        }
         let mut statements = crate::limits::parse(sql)?;
         match statements.len() {
             0 => Ok(Prepared {
@@ -113,14 +129,26 @@ impl Session {
         }
         if let DFStatement::Statement(s) = &stmt {
             let op = match s.as_ref() {
-                SqlStatement::StartTransaction { .. } => Some(Some(true)),
-                SqlStatement::Commit { .. } => Some(Some(false)),
+                SqlStatement::StartTransaction { modes, .. } => Some(TxnOp::Begin {
+                    read_only: TxnOp::access_mode(modes)?,
+                }),
+                SqlStatement::Set(datafusion_sql::sqlparser::ast::Set::SetTransaction {
+                    modes,
+                    snapshot: None,
+                    session: false,
+                }) => Some(TxnOp::SetTransaction {
+                    read_only: TxnOp::access_mode(modes)?,
+                }),
+                SqlStatement::Commit { .. } => Some(TxnOp::Commit),
                 SqlStatement::Rollback {
                     savepoint: None, ..
-                } => Some(None),
+                } => Some(TxnOp::Rollback),
                 _ => None,
             };
             if let Some(op) = op {
+                if matches!(op, TxnOp::Begin { .. } | TxnOp::SetTransaction { .. }) {
+                    self.check_not_aborted()?;
+                }
                 return Ok(Prepared {
                     kind: PreparedKind::Transaction(op),
                     param_types: Vec::new(),
@@ -128,6 +156,7 @@ impl Session {
                     sql,
                 });
             }
+            self.check_not_aborted()?;
             let deallocate = match s.as_ref() {
                 SqlStatement::Deallocate { name, .. } => Some(PreparedKind::Deallocate(
                     (name.quote_style.is_some() || !name.value.eq_ignore_ascii_case("all"))
@@ -165,6 +194,9 @@ impl Session {
                 });
             }
         }
+        self.check_not_aborted()?;
+        // A block reads the catalog as of its first statement.
+        self.take_snapshot();
         let plan = crate::limits::rebalance_boolean_chains(self.to_logical(stmt)?)?;
         crate::limits::check_depth(&plan)?;
         // Before the result columns are described: `sum(int8)` is numeric.
@@ -208,12 +240,16 @@ impl Session {
         params: Vec<ScalarValue>,
     ) -> Result<StatementOutput> {
         self.begin_request();
-        crate::limits::on_statement_stack(|| {
+        let out = crate::limits::on_statement_stack(|| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.run_prepared(prepared, params)
             }))
             .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))))
-        })
+        });
+        if out.is_err() {
+            self.statement_failed();
+        }
+        out
     }
 
     pub(super) fn run_prepared(
@@ -221,6 +257,12 @@ impl Session {
         prepared: &Prepared,
         params: Vec<ScalarValue>,
     ) -> Result<StatementOutput> {
+        if !matches!(
+            prepared.kind,
+            PreparedKind::Transaction(TxnOp::Commit | TxnOp::Rollback)
+        ) {
+            self.check_not_aborted()?;
+        }
         self.interrupt.check()?;
         if params.len() != prepared.param_types.len() {
             return Err(SqlError::plan(
@@ -235,7 +277,16 @@ impl Session {
         match &prepared.kind {
             PreparedKind::Empty => Ok(command("")),
             PreparedKind::Show(name) => self.show(name),
-            PreparedKind::Transaction(op) => self.transaction(*op),
+            PreparedKind::Transaction(op) => self.transaction_control(*op),
+            PreparedKind::Checkpoint => {
+                self.engine.roles.require_superuser(self.role, || {
+                    "permission denied to run CHECKPOINT: only superusers may".into()
+                })?;
+                self.logged(&prepared.sql, |s| {
+                    s.engine.checkpoint()?;
+                    Ok(command("CHECKPOINT"))
+                })
+            }
             PreparedKind::Deallocate(name) => Ok(StatementOutput::Deallocate {
                 name: name.clone(),
                 tag: "DEALLOCATE".into(),
@@ -254,7 +305,14 @@ impl Session {
                 })
             }
             PreparedKind::Role(statement) => {
-                self.transaction.wrote |= self.transaction.open;
+                // Roles and grants are not part of a transaction's view:
+                // a ROLLBACK could not undo them.
+                if self.transaction.open {
+                    return Err(SqlError::plan(
+                        PlanKind::InTransactionBlock,
+                        format!("{} cannot run inside a transaction block", statement.tag()),
+                    ));
+                }
                 // Logged by its command tag alone: the text may hold a password.
                 self.logged(&prepared.sql, |s| {
                     let tag = s
@@ -265,6 +323,8 @@ impl Session {
                 })
             }
             PreparedKind::Plan(plan) => {
+                // A block reads the catalog as of its first statement.
+                self.take_snapshot();
                 let plan = self.rebind(plan.clone())?;
                 let plan = if params.is_empty() {
                     plan
@@ -286,7 +346,7 @@ impl Session {
         let current = |origin: &SourceOrigin| -> Result<Arc<Table>> {
             match origin {
                 SourceOrigin::Catalog { schema, table } => {
-                    engine.catalog.table(schema, table).map_err(|_| {
+                    self.catalog_view().table(schema, table).map_err(|_| {
                         SqlError::undefined(
                             UndefinedKind::Table,
                             format!("relation \"{schema}.{table}\" does not exist"),
@@ -329,4 +389,13 @@ impl Session {
         .map(|t| t.data)
         .map_err(SqlError::from)
     }
+}
+
+/// Whether `sql` is the statement `CHECKPOINT` (which the SQL parser does
+/// not know).
+pub(super) fn is_checkpoint(sql: &str) -> bool {
+    sql.trim()
+        .trim_end_matches(';')
+        .trim_end()
+        .eq_ignore_ascii_case("checkpoint")
 }

@@ -1,4 +1,4 @@
-//! `SET`, `SHOW` and transaction blocks (`BEGIN`, `COMMIT`, `ROLLBACK`).
+//! `SET` and `SHOW` (transaction blocks are in `txn`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,38 +7,10 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use stride_exec::QueryStats;
 
-use super::{command, QueryOutput, Session, StatementOutput, TransactionState};
+use super::{command, QueryOutput, Session, StatementOutput};
 use crate::error::{Result, SettingKind, SqlError};
 
 impl Session {
-    pub(super) fn transaction(&mut self, op: Option<bool>) -> Result<StatementOutput> {
-        match op {
-            Some(true) => {
-                self.transaction = TransactionState {
-                    open: true,
-                    wrote: false,
-                };
-                Ok(command("BEGIN"))
-            }
-            Some(false) => {
-                self.transaction = TransactionState::default();
-                Ok(command("COMMIT"))
-            }
-            None => {
-                let state = std::mem::take(&mut self.transaction);
-                if state.wrote {
-                    Err(SqlError::Unsupported(
-                        "ROLLBACK after a write: Stride commits every statement on its own, \
-                         the writes of this block are kept"
-                            .into(),
-                    ))
-                } else {
-                    Ok(command("ROLLBACK"))
-                }
-            }
-        }
-    }
-
     pub(super) fn set(&mut self, variable: &str, value: &str) -> Result<StatementOutput> {
         let value = value.trim().trim_matches('\'').trim_matches('"');
         // Engine-wide settings change every session: superusers only. Fail
@@ -65,6 +37,16 @@ impl Session {
             "stride.temp_directory" => {
                 self.engine
                     .set_temp_directory(std::path::Path::new(value))?;
+            }
+            "stride.checkpoint_log_size" => {
+                let bytes = crate::settings::memory_size(variable, value)?;
+                match self.engine.data_dir() {
+                    Some(dir) => dir.set_checkpoint_log_bytes(bytes as u64),
+                    None => return Err(SqlError::setting(
+                        SettingKind::ReadOnly,
+                        "stride.checkpoint_log_size needs a data directory (stride --data-dir DIR)",
+                    )),
+                }
             }
             "temp_file_limit" => {
                 let limit = crate::settings::temp_file_limit(value)?;
@@ -134,6 +116,13 @@ impl Session {
                 crate::settings::show_size(self.query_memory_limit()),
             )],
             "stride.temp_directory" => vec![(variable.into(), self.engine.temp_directory())],
+            "stride.checkpoint_log_size" => vec![(
+                variable.into(),
+                self.engine.data_dir().map_or_else(
+                    || "none (no data directory)".to_string(),
+                    |d| crate::settings::show_size(d.checkpoint_log_bytes() as usize),
+                ),
+            )],
             "temp_file_limit" => vec![(
                 variable.into(),
                 crate::settings::show_temp_file_limit(self.engine.spill_area().file_limit()),

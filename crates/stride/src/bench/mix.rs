@@ -427,6 +427,8 @@ mod tests {
             temp_dir: None,
             temp_file_limit: None,
             query_memory_limit: None,
+            data_dir: None,
+            checkpoint_log_size: None,
         }
     }
 

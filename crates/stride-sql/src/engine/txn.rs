@@ -1,0 +1,474 @@
+//! Transactions: `BEGIN` / `COMMIT` / `ROLLBACK` with snapshot isolation on
+//! Stride's immutable table snapshots, and the commit of every write.
+//!
+//! ```text
+//!            BEGIN                    error                ROLLBACK / COMMIT (= ROLLBACK)
+//!  idle ───────────────► in block ───────────► aborted ─────────────────────────► idle
+//!   ▲  (a write outside     │  COMMIT: validate, log, fsync, publish    (25P02 for
+//!   │   a block is its own  │  ROLLBACK: discard                         every other
+//!   └── transaction)  ◄─────┘                                            statement)
+//! ```
+//!
+//! A transaction works on a private copy of the catalog (its *view*, taken
+//! at its first statement: `Catalog::snapshot` shares every table snapshot)
+//! and records what it changed as `CatalogOp`s. Its statements read the
+//! view — the tables as they were when it started, plus its own writes.
+//! `COMMIT` applies the operations to the engine's catalog in one
+//! `Catalog::commit` (all or none), first checking, for every table it
+//! wrote, that no other transaction committed a conflicting change since it
+//! read it (first committer wins, SQLSTATE 40001):
+//!
+//! * a table it created, replaced or dropped must be exactly the snapshot
+//!   it started from (or still absent);
+//! * a table it only appended to must be the same incarnation
+//!   (`Table::id`): appends of concurrent transactions commute, as
+//!   concurrent `INSERT`s do in PostgreSQL — the appended rows are added to
+//!   the table's current snapshot.
+//!
+//! With a data directory the operations (those outside transient schemas)
+//! become one log record, appended under the catalog's writer lock — log
+//! order is commit order — and the statement is acknowledged only after the
+//! group-commit fsync covered it (`stride_storage::durable`). Later commits
+//! validate against the new state at once, but readers (and new
+//! transactions' snapshots) see it only once its record is durable
+//! (`Catalog::publish`): nobody reads what a crash could still take back.
+//! When the log has passed the checkpoint size, the committing
+//! session writes the checkpoint after its commit is durable (the
+//! statement returns after it).
+//!
+//! A write outside a block is a transaction of its own (the same path, one
+//! statement long). Session settings changed in a block are restored by
+//! `ROLLBACK`; role statements (which change no catalog snapshot and could
+//! not be undone) are refused inside a block.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion_sql::sqlparser::ast::{
+    TransactionAccessMode, TransactionIsolationLevel, TransactionMode,
+};
+use stride_storage::catalog::CatalogOp;
+use stride_storage::{Catalog, StorageError, Table};
+
+use super::{command, Engine, Session, StatementOutput};
+use crate::error::{PlanKind, Result, SqlError};
+use crate::settings::SessionSettings;
+
+/// A transaction-control statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TxnOp {
+    /// `BEGIN` / `START TRANSACTION`; `read_only`: its access mode if given.
+    Begin {
+        read_only: Option<bool>,
+    },
+    Commit,
+    Rollback,
+    /// `SET TRANSACTION`; `read_only`: its access mode if given.
+    SetTransaction {
+        read_only: Option<bool>,
+    },
+}
+
+impl TxnOp {
+    /// `BEGIN`'s or `SET TRANSACTION`'s access mode; refuses `SERIALIZABLE`,
+    /// which snapshot isolation does not give. `READ COMMITTED` and `READ
+    /// UNCOMMITTED` get snapshot isolation, which is stronger.
+    pub(super) fn access_mode(modes: &[TransactionMode]) -> Result<Option<bool>> {
+        let mut read_only = None;
+        for mode in modes {
+            match mode {
+                TransactionMode::AccessMode(TransactionAccessMode::ReadOnly) => {
+                    read_only = Some(true)
+                }
+                TransactionMode::AccessMode(TransactionAccessMode::ReadWrite) => {
+                    read_only = Some(false)
+                }
+                TransactionMode::IsolationLevel(TransactionIsolationLevel::Serializable)
+                | TransactionMode::IsolationLevel(TransactionIsolationLevel::Snapshot) => {
+                    return Err(SqlError::Unsupported(
+                        "isolation level SERIALIZABLE (Stride gives snapshot isolation: \
+                         REPEATABLE READ)"
+                            .into(),
+                    ))
+                }
+                TransactionMode::IsolationLevel(_) => {}
+            }
+        }
+        Ok(read_only)
+    }
+}
+
+/// What one table's writes in a transaction started from.
+#[derive(Debug, Clone)]
+struct Touched {
+    /// The table's snapshot in the view before the transaction's first
+    /// write to it.
+    base: Option<Arc<Table>>,
+    /// Created, replaced or dropped (not only appended to).
+    rewritten: bool,
+}
+
+/// Ownership bookkeeping a transaction's DDL implies, applied in order at
+/// commit (a creation also at once, so that the creator may use its table
+/// within the block; undone by a rollback).
+#[derive(Debug, Clone)]
+enum RoleEffect {
+    TableCreated {
+        schema: String,
+        table: String,
+        owner: crate::roles::RoleId,
+    },
+    TableDropped {
+        schema: String,
+        table: String,
+    },
+    SchemaDropped(String),
+}
+
+/// The session's transaction.
+#[derive(Debug, Default)]
+pub(super) struct TransactionState {
+    /// Inside `BEGIN` … `COMMIT` / `ROLLBACK`.
+    pub(super) open: bool,
+    /// A statement of the block failed: 25P02 until it ends.
+    pub(super) aborted: bool,
+    /// Writes fail with 25006.
+    read_only: bool,
+    /// The private catalog: the snapshot at the first statement plus the
+    /// transaction's writes. `None` before the first statement.
+    view: Option<Arc<Catalog>>,
+    ops: Vec<CatalogOp>,
+    touched: BTreeMap<(String, String), Touched>,
+    roles: Vec<RoleEffect>,
+    /// Settings and search path at `BEGIN`, restored by `ROLLBACK`.
+    saved: Option<(SessionSettings, String)>,
+}
+
+impl Session {
+    /// The catalog this session's statements read: its transaction's view,
+    /// or the engine's catalog outside a transaction.
+    pub(super) fn catalog_view(&self) -> &Arc<Catalog> {
+        self.transaction
+            .view
+            .as_ref()
+            .unwrap_or(&self.engine.catalog)
+    }
+
+    /// Takes the block's snapshot at its first statement.
+    pub(super) fn take_snapshot(&mut self) {
+        if self.transaction.open && self.transaction.view.is_none() {
+            self.transaction.view = Some(Arc::new(self.engine.catalog.snapshot()));
+        }
+    }
+
+    /// Whether the session's block failed (reported to clients as the
+    /// transaction status `E`).
+    pub fn in_failed_transaction(&self) -> bool {
+        self.transaction.open && self.transaction.aborted
+    }
+
+    /// A statement failed where the session did not see it (the protocol
+    /// layer refused a message of it): inside a block, the block is aborted.
+    pub fn fail_statement(&mut self) {
+        self.statement_failed();
+    }
+
+    /// A statement failed: inside a block, the block is aborted; outside
+    /// one, what the statement's own transaction left (should it have
+    /// panicked past [`Session::writing`]) is discarded.
+    pub(super) fn statement_failed(&mut self) {
+        if self.transaction.open {
+            self.transaction.aborted = true;
+        } else if self.transaction.view.is_some() {
+            let state = std::mem::take(&mut self.transaction);
+            self.discard(state);
+        }
+    }
+
+    /// Refuses every statement but `COMMIT` / `ROLLBACK` in a failed block.
+    pub(super) fn check_not_aborted(&self) -> Result<()> {
+        if self.in_failed_transaction() {
+            Err(SqlError::InFailedTransaction)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn default_read_only(&self) -> bool {
+        self.settings
+            .get("default_transaction_read_only")
+            .is_some_and(|v| matches!(v.as_str(), "on" | "true" | "1" | "yes"))
+    }
+
+    pub(super) fn transaction_control(&mut self, op: TxnOp) -> Result<StatementOutput> {
+        match op {
+            TxnOp::Begin { read_only } => {
+                if !self.transaction.open {
+                    self.transaction = TransactionState {
+                        open: true,
+                        read_only: read_only.unwrap_or_else(|| self.default_read_only()),
+                        saved: Some((self.settings.clone(), self.default_schema.clone())),
+                        ..Default::default()
+                    };
+                }
+                // PostgreSQL: BEGIN inside a block warns and changes nothing.
+                Ok(command("BEGIN"))
+            }
+            TxnOp::SetTransaction { read_only } => {
+                if let (true, Some(ro)) = (self.transaction.open, read_only) {
+                    if !ro && self.transaction.read_only && self.transaction.view.is_some() {
+                        return Err(SqlError::plan(
+                            PlanKind::InTransactionBlock,
+                            "transaction read-write mode must be set before any query",
+                        ));
+                    }
+                    self.transaction.read_only = ro;
+                }
+                // Outside a block PostgreSQL warns that it has no effect.
+                Ok(command("SET"))
+            }
+            TxnOp::Rollback => {
+                let state = std::mem::take(&mut self.transaction);
+                self.discard(state);
+                Ok(command("ROLLBACK"))
+            }
+            TxnOp::Commit => {
+                let state = std::mem::take(&mut self.transaction);
+                if state.aborted {
+                    self.discard(state);
+                    return Ok(command("ROLLBACK"));
+                }
+                self.commit(state)?;
+                Ok(command("COMMIT"))
+            }
+        }
+    }
+
+    /// Runs a statement that changes the catalog: in a block, into the
+    /// block's view; otherwise as a transaction of its own, committed when
+    /// the statement succeeds. `what` names it for the read-only refusal.
+    pub(super) fn writing(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut Self) -> Result<StatementOutput>,
+    ) -> Result<StatementOutput> {
+        let read_only = if self.transaction.open {
+            self.transaction.read_only
+        } else {
+            self.default_read_only()
+        };
+        if read_only {
+            return Err(SqlError::ReadOnlyTransaction(format!(
+                "cannot execute {what} in a read-only transaction"
+            )));
+        }
+        if self.transaction.open {
+            self.take_snapshot();
+            return f(self);
+        }
+        self.transaction.view = Some(Arc::new(self.engine.catalog.snapshot()));
+        let result = f(self);
+        let state = std::mem::take(&mut self.transaction);
+        match result {
+            Ok(out) => {
+                self.commit(state)?;
+                Ok(out)
+            }
+            Err(e) => {
+                self.discard(state);
+                Err(e)
+            }
+        }
+    }
+
+    /// Applies `op` to the transaction's view and records it.
+    pub(super) fn write_op(&mut self, op: CatalogOp) -> Result<()> {
+        self.take_snapshot();
+        let txn = &mut self.transaction;
+        let view = txn
+            .view
+            .clone()
+            .ok_or_else(|| SqlError::Internal("a write outside a transaction".into()))?;
+        let key = match &op {
+            CatalogOp::PutTable { schema, table } => {
+                Some((schema.clone(), table.name().to_string(), true))
+            }
+            CatalogOp::Append { schema, table, .. } => Some((schema.clone(), table.clone(), false)),
+            CatalogOp::DropTable { schema, table } => Some((schema.clone(), table.clone(), true)),
+            CatalogOp::CreateSchema(_) | CatalogOp::DropSchema(_) => None,
+        };
+        let before = key.as_ref().and_then(|(s, t, _)| view.table(s, t).ok());
+        view.apply(&op)?;
+        let op = match op {
+            // The log and the commit get the blocks as the table stores
+            // them (cast to its column types).
+            CatalogOp::Append { schema, table, .. } => {
+                let done = before.as_ref().map_or(0, |t| t.blocks().len());
+                let blocks = view.table(&schema, &table)?.blocks()[done..].to_vec();
+                if blocks.is_empty() {
+                    return Ok(());
+                }
+                CatalogOp::Append {
+                    schema,
+                    table,
+                    blocks,
+                }
+            }
+            other => other,
+        };
+        if let Some((s, t, rewritten)) = key {
+            let entry = txn.touched.entry((s, t)).or_insert(Touched {
+                base: before,
+                rewritten: false,
+            });
+            entry.rewritten |= rewritten;
+        }
+        txn.ops.push(op);
+        Ok(())
+    }
+
+    /// Notes that the transaction created `schema.table` (owned by the
+    /// session's role from now on).
+    pub(super) fn table_created(&mut self, schema: &str, table: &str) {
+        self.engine.roles.table_created(schema, table, self.role);
+        self.transaction.roles.push(RoleEffect::TableCreated {
+            schema: schema.to_string(),
+            table: table.to_string(),
+            owner: self.role,
+        });
+    }
+
+    /// Notes that the transaction dropped `schema.table` (its owner and
+    /// grants go at commit).
+    pub(super) fn table_dropped(&mut self, schema: &str, table: &str) {
+        self.transaction.roles.push(RoleEffect::TableDropped {
+            schema: schema.to_string(),
+            table: table.to_string(),
+        });
+    }
+
+    /// Notes that the transaction dropped `schema`.
+    pub(super) fn schema_dropped(&mut self, schema: &str) {
+        self.transaction
+            .roles
+            .push(RoleEffect::SchemaDropped(schema.to_string()));
+    }
+
+    /// Ends a transaction without applying it.
+    fn discard(&mut self, state: TransactionState) {
+        for effect in &state.roles {
+            if let RoleEffect::TableCreated { schema, table, .. } = effect {
+                if self.engine.catalog.table(schema, table).is_err() {
+                    self.engine.roles.table_dropped(schema, table);
+                }
+            }
+        }
+        if let Some((settings, schema)) = state.saved {
+            self.settings = settings;
+            self.default_schema = schema;
+        }
+    }
+
+    /// Commits a transaction's writes (nothing to do for a reader).
+    fn commit(&mut self, state: TransactionState) -> Result<()> {
+        if state.ops.is_empty() {
+            return Ok(());
+        }
+        let outcome = self.engine.commit_ops(&state.ops, &state.touched);
+        if outcome.is_err() {
+            self.discard(state);
+            return outcome;
+        }
+        for effect in state.roles {
+            match effect {
+                RoleEffect::TableCreated {
+                    schema,
+                    table,
+                    owner,
+                } => self.engine.roles.table_created(&schema, &table, owner),
+                RoleEffect::TableDropped { schema, table } => {
+                    self.engine.roles.table_dropped(&schema, &table)
+                }
+                RoleEffect::SchemaDropped(schema) => self.engine.roles.schema_dropped(&schema),
+            }
+        }
+        if self
+            .catalog_view()
+            .schema_exists(&self.default_schema.clone())
+        {
+            return Ok(());
+        }
+        // The block dropped the schema the session resolves names in.
+        self.default_schema = stride_storage::catalog::DEFAULT_SCHEMA.to_string();
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Applies a transaction's operations atomically (see the module's
+    /// documentation); with a data directory, durably.
+    fn commit_ops(
+        &self,
+        ops: &[CatalogOp],
+        touched: &BTreeMap<(String, String), Touched>,
+    ) -> Result<()> {
+        let dir = self.data_dir.get();
+        // Encoding (the rows' IPC bytes) happens before the catalog's lock;
+        // which operations are logged is checked again under it.
+        let mut logged = Vec::with_capacity(ops.len());
+        let mut encoded = Vec::new();
+        if dir.is_some() {
+            for op in ops {
+                let transient = self.catalog.is_transient(op.schema());
+                if !transient {
+                    encoded.push(stride_storage::wal::encode_op(op)?);
+                }
+                logged.push(!transient);
+            }
+        }
+        let conflict = |what: String| StorageError::SerializationFailure(what);
+        let lsn = self.catalog.commit_durable(|state| {
+            for ((schema, table), t) in touched {
+                let now = state.table(schema, table);
+                let same = match (now, &t.base) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) if t.rewritten => Arc::ptr_eq(a, b),
+                    (Some(a), Some(b)) => a.id() == b.id(),
+                    _ => false,
+                };
+                if !same {
+                    return Err(conflict(format!(
+                        "table \"{schema}.{table}\" was changed by another transaction"
+                    )));
+                }
+            }
+            for (i, op) in ops.iter().enumerate() {
+                if dir.is_some() && state.is_transient(op.schema()) == logged[i] {
+                    return Err(conflict(format!(
+                        "schema \"{}\" was dropped or created by another transaction",
+                        op.schema()
+                    )));
+                }
+                state
+                    .apply(op)
+                    .map_err(|e| conflict(format!("another transaction committed first ({e})")))?;
+            }
+            match dir {
+                Some(d) if !encoded.is_empty() => d.append(&encoded).map(Some),
+                _ => Ok(None),
+            }
+        })?;
+        if let (Some(d), Some(lsn)) = (dir, lsn) {
+            d.wait_durable(lsn)?;
+            self.catalog.publish(lsn);
+            if d.wants_checkpoint() {
+                // The commit is durable whatever happens to the checkpoint;
+                // a failed one is reported and tried again at a later commit.
+                if let Err(e) = d.try_checkpoint(&self.catalog) {
+                    eprintln!("stride: automatic checkpoint failed: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+}

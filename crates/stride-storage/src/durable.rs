@@ -1,0 +1,1138 @@
+//! The data directory: a write-ahead log, checkpoints and crash recovery.
+//!
+//! ```text
+//!  DIR/
+//!    LOCK                       flock(2)ed while a process uses DIR; holds its pid
+//!    manifest                   the last complete checkpoint: an Arrow IPC stream
+//!                               listing schemas and tables (metadata: format
+//!                               version, checkpoint LSN, time)
+//!    checkpoints/<LSN>/<i>.arrow one Arrow IPC stream per table of that checkpoint
+//!    wal/<start LSN>.log        log segments (format: [`crate::wal`])
+//! ```
+//!
+//! **Invariant: nothing acknowledged is lost.** A commit appends its record
+//! to the current segment and is acknowledged only after an fsync
+//! (`sync_data`) that began after the append returned. Recovery loads the
+//! manifest's checkpoint and replays every record after its LSN, so the
+//! state after a crash is the checkpoint plus every record that reached the
+//! disk whole — a prefix of the commit order that includes every
+//! acknowledged commit.
+//!
+//! **Group commit.** Appends happen under the log mutex (in commit order:
+//! the caller holds the catalog's write lock). A committer waiting for its
+//! LSN to be durable becomes the *leader* when no fsync is in flight: it
+//! notes the log's end, releases the mutex, fsyncs, and publishes that end
+//! as flushed; committers arriving meanwhile are *followers* that wait on
+//! the condition variable, and the next leader's one fsync covers all of
+//! them. An fsync that fails leaves the log *failed*: the kernel may have
+//! dropped the dirty pages, so no later commit is acknowledged (every one
+//! fails with an I/O error) until the server restarts and recovers.
+//!
+//! **Checkpoints.** Under the catalog's writer lock (no commit in between) the
+//! log is rotated — the current segment fsynced, a new segment started at
+//! the end LSN `C` — and the persistent tables are taken as snapshots. The
+//! tables are written to `checkpoints/C/` and fsynced, then the manifest is
+//! written to `manifest.tmp`, fsynced, renamed over `manifest`, and the
+//! directory fsynced; only then are older segments and checkpoints deleted.
+//! A crash at any step leaves either the old manifest with all the segments
+//! it needs, or the new one: recovery removes the leftovers.
+//!
+//! **Recovery** refuses what it cannot read with certainty — an unknown
+//! format version, a corrupt manifest or table file, a gap between
+//! segments, a corrupt record before the last segment's end — rather than
+//! start with less data. Only the last segment's tail may be torn (a crash
+//! during an append, a record never acknowledged): it is cut off.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arrow::array::{Array, AsArray, RecordBatch, StringArray, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, UInt64Type};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+
+use crate::catalog::{Catalog, CatalogOp};
+use crate::error::{Result, StorageError};
+use crate::table::Table;
+use crate::wal;
+
+/// The manifest's format version.
+const FORMAT_VERSION: &str = "1";
+/// Log bytes after which a commit triggers a checkpoint, unless configured.
+pub const DEFAULT_CHECKPOINT_LOG_BYTES: u64 = 256 << 20;
+
+/// How to open a data directory.
+#[derive(Debug, Clone)]
+pub struct DataDirConfig {
+    pub path: PathBuf,
+    /// Log bytes since the last checkpoint after which a commit triggers
+    /// one (`stride.checkpoint_log_size`).
+    pub checkpoint_log_bytes: u64,
+}
+
+/// The last checkpoint.
+#[derive(Debug, Clone)]
+pub struct CheckpointInfo {
+    pub lsn: u64,
+    pub time: SystemTime,
+    pub tables: usize,
+    /// Bytes of its table files.
+    pub bytes: u64,
+}
+
+/// What recovery did when the directory was opened.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    /// The checkpoint loaded, if there was one.
+    pub checkpoint_lsn: Option<u64>,
+    pub tables_loaded: usize,
+    pub records_replayed: usize,
+    /// Bytes of a torn tail cut off the last segment.
+    pub torn_bytes_cut: u64,
+    pub elapsed: Duration,
+}
+
+/// The data directory's state (the `stride.storage` view).
+#[derive(Debug, Clone)]
+pub struct DataDirStatus {
+    pub path: PathBuf,
+    /// Bytes of all log segments on disk.
+    pub log_bytes: u64,
+    pub log_segments: usize,
+    pub end_lsn: u64,
+    pub flushed_lsn: u64,
+    pub checkpoint: Option<CheckpointInfo>,
+    pub checkpoint_log_bytes: u64,
+    pub commits: u64,
+    pub fsyncs: u64,
+}
+
+/// An open data directory (one process at a time: the lock is held until
+/// the value is dropped).
+#[derive(Debug)]
+pub struct DataDir {
+    path: PathBuf,
+    /// Holds the directory's lock for the value's lifetime.
+    _lock: File,
+    log: Mutex<LogState>,
+    /// Signalled when `flushed` advances or the log fails.
+    flushed: Condvar,
+    /// Held while a checkpoint runs (one at a time); the last one's info.
+    checkpoint: Mutex<Option<CheckpointInfo>>,
+    /// Relaxed: a plain setting.
+    checkpoint_log_bytes: AtomicU64,
+    /// Records appended (Relaxed: statistics).
+    commits: AtomicU64,
+    /// fsyncs of the log (Relaxed: statistics).
+    fsyncs: AtomicU64,
+    recovery: RecoveryReport,
+}
+
+#[derive(Debug)]
+struct LogState {
+    file: Arc<File>,
+    segment_path: PathBuf,
+    /// Bytes of the current segment file (header included).
+    segment_len: u64,
+    /// LSN after the last appended record.
+    end: u64,
+    /// Every record with an LSN ≤ this is on disk.
+    flushed: u64,
+    /// A leader's fsync is in flight.
+    flushing: bool,
+    /// Why the log failed (no commit is acknowledged any more).
+    failed: Option<(std::io::ErrorKind, String)>,
+    /// Bytes of older segments still on disk.
+    older_bytes: u64,
+    older_segments: usize,
+}
+
+impl DataDir {
+    /// Opens (creating if needed) and recovers the data directory into
+    /// `catalog`, which should hold no persistent tables yet.
+    pub fn open(config: &DataDirConfig, catalog: &Catalog) -> Result<DataDir> {
+        let started = std::time::Instant::now();
+        let path = config.path.clone();
+        fs::create_dir_all(&path).map_err(|e| StorageError::io(&path, e))?;
+        let lock = lock_dir(&path)?;
+        let mut report = RecoveryReport::default();
+        let _ = fs::remove_file(path.join("manifest.tmp"));
+        let manifest = read_manifest(&path)?;
+        let mut checkpoint = None;
+        let c = match &manifest {
+            Some(m) => {
+                let (tables, bytes) = load_checkpoint(&path, m, catalog)?;
+                report.checkpoint_lsn = Some(m.lsn);
+                report.tables_loaded = tables;
+                checkpoint = Some(CheckpointInfo {
+                    lsn: m.lsn,
+                    time: m.time,
+                    tables,
+                    bytes,
+                });
+                m.lsn
+            }
+            None => 0,
+        };
+        remove_other_checkpoints(&path, manifest.as_ref().map(|m| m.lsn))?;
+        let log = replay(&path, c, catalog, &mut report)?;
+        report.elapsed = started.elapsed();
+        Ok(DataDir {
+            path,
+            _lock: lock,
+            log: Mutex::new(log),
+            flushed: Condvar::new(),
+            checkpoint: Mutex::new(checkpoint),
+            checkpoint_log_bytes: AtomicU64::new(config.checkpoint_log_bytes),
+            commits: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
+            recovery: report,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What recovery did at open.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    fn lock_log(&self) -> MutexGuard<'_, LogState> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends one record of encoded operations ([`wal::encode_op`]);
+    /// returns its LSN, durable once [`DataDir::wait_durable`] returns.
+    /// Callers append in commit order (under the catalog's write lock).
+    pub fn append(&self, ops: &[Vec<u8>]) -> Result<u64> {
+        let record = wal::frame(&wal::payload(ops));
+        let mut log = self.lock_log();
+        check_failed(&log)?;
+        let at = log.segment_len;
+        if let Err(e) = log.file.write_all_at(&record, at) {
+            // A part of the record may be on disk: cut it off, so that the
+            // next record follows the last whole one.
+            if let Err(cut) = log.file.set_len(at) {
+                log.failed = Some((cut.kind(), format!("cutting a failed append: {cut}")));
+            }
+            return Err(StorageError::io(&log.segment_path, e));
+        }
+        log.segment_len += record.len() as u64;
+        log.end += record.len() as u64;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(log.end)
+    }
+
+    /// Returns when every record up to `lsn` is on disk (group commit: see
+    /// the module's documentation).
+    pub fn wait_durable(&self, lsn: u64) -> Result<()> {
+        let mut log = self.lock_log();
+        loop {
+            if log.flushed >= lsn {
+                return Ok(());
+            }
+            check_failed(&log)?;
+            if log.flushing {
+                log = self.flushed.wait(log).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // The leader: one fsync for every record appended so far.
+            log.flushing = true;
+            let target = log.end;
+            let file = log.file.clone();
+            drop(log);
+            let synced = file.sync_data();
+            self.fsyncs.fetch_add(1, Ordering::Relaxed);
+            log = self.lock_log();
+            log.flushing = false;
+            match synced {
+                Ok(()) => log.flushed = log.flushed.max(target),
+                Err(e) => log.failed = Some((e.kind(), format!("fsync of the log: {e}"))),
+            }
+            self.flushed.notify_all();
+        }
+    }
+
+    /// Whether the log grew past the checkpoint threshold since the last
+    /// checkpoint.
+    pub fn wants_checkpoint(&self) -> bool {
+        let log = self.lock_log();
+        log.segment_len - wal::SEGMENT_HEADER >= self.checkpoint_log_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn checkpoint_log_bytes(&self) -> u64 {
+        self.checkpoint_log_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn set_checkpoint_log_bytes(&self, bytes: u64) {
+        self.checkpoint_log_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Writes a checkpoint of `catalog`'s persistent schemas (its head:
+    /// every commit appended to the log, durable or pending) and truncates
+    /// the log; waits for a running checkpoint first.
+    pub fn checkpoint(&self, catalog: &Catalog) -> Result<CheckpointInfo> {
+        let guard = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        self.checkpoint_locked(guard, catalog)
+    }
+
+    /// Like [`DataDir::checkpoint`], but returns `None` at once when a
+    /// checkpoint is running (the automatic checkpoint).
+    pub fn try_checkpoint(&self, catalog: &Catalog) -> Result<Option<CheckpointInfo>> {
+        match self.checkpoint.try_lock() {
+            Ok(guard) => self.checkpoint_locked(guard, catalog).map(Some),
+            Err(std::sync::TryLockError::WouldBlock) => Ok(None),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                self.checkpoint_locked(p.into_inner(), catalog).map(Some)
+            }
+        }
+    }
+
+    fn checkpoint_locked(
+        &self,
+        mut last: MutexGuard<'_, Option<CheckpointInfo>>,
+        catalog: &Catalog,
+    ) -> Result<CheckpointInfo> {
+        // A consistent cut: no commit between the rotation and the snapshot.
+        let (lsn, schemas) = catalog.read_head(|state| -> Result<_> {
+            let lsn = self.rotate()?;
+            let schemas: Vec<(String, Vec<Arc<Table>>)> = state
+                .schemas()
+                .filter(|(name, _)| !state.is_transient(name))
+                .map(|(name, tables)| (name.clone(), tables.values().cloned().collect()))
+                .collect();
+            Ok((lsn, schemas))
+        })?;
+        // Every change of a persistent table is logged: the same LSN is the
+        // same state. Writing it again would overwrite the files the
+        // manifest names, which a crash could leave half written.
+        if let Some(prev) = last.as_ref().filter(|c| c.lsn == lsn) {
+            return Ok(prev.clone());
+        }
+        let dir = self.path.join("checkpoints").join(format!("{lsn:020}"));
+        fs::create_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))?;
+        let mut entries = ManifestBuilder::default();
+        let mut bytes = 0;
+        let mut tables = 0;
+        for (schema, list) in &schemas {
+            entries.push("schema", schema, None, None, 0);
+            for table in list {
+                let file = format!("{tables}.arrow");
+                let path = dir.join(&file);
+                bytes += write_table(&path, table)?;
+                entries.push(
+                    "table",
+                    schema,
+                    Some(table.name()),
+                    Some(&file),
+                    table.num_rows() as u64,
+                );
+                tables += 1;
+            }
+        }
+        sync_dir(&dir)?;
+        sync_dir(&self.path.join("checkpoints"))?;
+        let time = SystemTime::now();
+        let batch = entries.finish()?;
+        let tmp = self.path.join("manifest.tmp");
+        {
+            let mut f = create_file(&tmp)?;
+            let meta: std::collections::HashMap<String, String> = [
+                ("stride.format".to_string(), FORMAT_VERSION.to_string()),
+                ("stride.lsn".to_string(), lsn.to_string()),
+                (
+                    "stride.time".to_string(),
+                    time.duration_since(UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_millis()
+                        .to_string(),
+                ),
+            ]
+            .into();
+            let schema = Arc::new(batch.schema().as_ref().clone().with_metadata(meta));
+            let batch = batch.with_schema(schema.clone())?;
+            let mut w = StreamWriter::try_new(&mut f, &schema)?;
+            w.write(&batch)?;
+            w.finish()?;
+            drop(w);
+            f.sync_all().map_err(|e| StorageError::io(&tmp, e))?;
+        }
+        let manifest = self.path.join("manifest");
+        fs::rename(&tmp, &manifest).map_err(|e| StorageError::io(&manifest, e))?;
+        sync_dir(&self.path)?;
+        // The new checkpoint is durable: what came before it may go.
+        remove_other_checkpoints(&self.path, Some(lsn))?;
+        let removed = remove_segments_before(&self.path.join("wal"), lsn)?;
+        {
+            let mut log = self.lock_log();
+            log.older_bytes = log.older_bytes.saturating_sub(removed.1);
+            log.older_segments = log.older_segments.saturating_sub(removed.0);
+        }
+        let info = CheckpointInfo {
+            lsn,
+            time,
+            tables,
+            bytes,
+        };
+        *last = Some(info.clone());
+        Ok(info)
+    }
+
+    /// Makes everything appended durable and starts a new segment at the
+    /// log's end, whose LSN it returns.
+    fn rotate(&self) -> Result<u64> {
+        let mut log = self.lock_log();
+        check_failed(&log)?;
+        if let Err(e) = log.file.sync_data() {
+            log.failed = Some((e.kind(), format!("fsync of the log: {e}")));
+            return Err(StorageError::io(&log.segment_path, e));
+        }
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        log.flushed = log.end;
+        self.flushed.notify_all();
+        if log.segment_len == wal::SEGMENT_HEADER {
+            return Ok(log.end);
+        }
+        let end = log.end;
+        let (file, path) = new_segment(&self.path.join("wal"), end)?;
+        log.older_bytes += log.segment_len;
+        log.older_segments += 1;
+        log.file = Arc::new(file);
+        log.segment_path = path;
+        log.segment_len = wal::SEGMENT_HEADER;
+        Ok(end)
+    }
+
+    /// The directory's state now.
+    pub fn status(&self) -> DataDirStatus {
+        let checkpoint = match self.checkpoint.try_lock() {
+            Ok(c) => c.clone(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
+            // A checkpoint is running: the last one is not known without
+            // waiting for it; report none rather than block a query.
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        let log = self.lock_log();
+        DataDirStatus {
+            path: self.path.clone(),
+            log_bytes: log.older_bytes + log.segment_len,
+            log_segments: log.older_segments + 1,
+            end_lsn: log.end,
+            flushed_lsn: log.flushed,
+            checkpoint,
+            checkpoint_log_bytes: self.checkpoint_log_bytes(),
+            commits: self.commits.load(Ordering::Relaxed),
+            fsyncs: self.fsyncs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn check_failed(log: &LogState) -> Result<()> {
+    match &log.failed {
+        Some((kind, why)) => Err(StorageError::io(
+            &log.segment_path,
+            std::io::Error::new(
+                *kind,
+                format!(
+                    "the write-ahead log failed earlier ({why}); restart the server to recover"
+                ),
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Takes the directory's lock (and writes our pid into it).
+fn lock_dir(path: &Path) -> Result<File> {
+    let lock_path = path.join("LOCK");
+    let mut lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| StorageError::io(&lock_path, e))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = fs::read_to_string(&lock_path).unwrap_or_default();
+            return Err(StorageError::DataDirInUse {
+                path: path.display().to_string(),
+                holder: format!("pid {}", holder.trim()),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(StorageError::io(&lock_path, e)),
+    }
+    lock.set_len(0)
+        .and_then(|()| lock.write_all_at(std::process::id().to_string().as_bytes(), 0))
+        .and_then(|()| lock.flush())
+        .map_err(|e| StorageError::io(&lock_path, e))?;
+    Ok(lock)
+}
+
+fn unrecoverable(path: &Path, reason: impl Into<String>) -> StorageError {
+    StorageError::Unrecoverable {
+        path: path.display().to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn create_file(path: &Path) -> Result<File> {
+    File::create(path).map_err(|e| StorageError::io(path, e))
+}
+
+fn sync_dir(path: &Path) -> Result<()> {
+    File::open(path)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StorageError::io(path, e))
+}
+
+/// A new, empty segment starting at `lsn`, fsynced with its directory.
+fn new_segment(wal_dir: &Path, lsn: u64) -> Result<(File, PathBuf)> {
+    fs::create_dir_all(wal_dir).map_err(|e| StorageError::io(wal_dir, e))?;
+    let path = wal_dir.join(format!("{lsn:020}.log"));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|e| StorageError::io(&path, e))?;
+    file.write_all_at(&wal::segment_header(lsn), 0)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| StorageError::io(&path, e))?;
+    sync_dir(wal_dir)?;
+    Ok((file, path))
+}
+
+/// The log's segments, by start LSN (from their names).
+fn segments(wal_dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    let entries = match fs::read_dir(wal_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(StorageError::io(wal_dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| StorageError::io(wal_dir, e))?;
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".log")) else {
+            continue;
+        };
+        let start = stem
+            .parse::<u64>()
+            .map_err(|_| unrecoverable(&entry.path(), "a log segment of an unknown name"))?;
+        out.push((start, entry.path()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Deletes the segments that end at or before `lsn` (all that start
+/// before it: a checkpoint's rotation starts a segment exactly at `lsn`);
+/// returns (segments, bytes) deleted.
+fn remove_segments_before(wal_dir: &Path, lsn: u64) -> Result<(usize, u64)> {
+    let mut removed = (0, 0);
+    for (start, path) in segments(wal_dir)? {
+        if start < lsn {
+            let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
+            removed.0 += 1;
+            removed.1 += len;
+        }
+    }
+    if removed.0 > 0 {
+        sync_dir(wal_dir)?;
+    }
+    Ok(removed)
+}
+
+/// Replays the log after checkpoint LSN `c` into `catalog`; returns the
+/// state to append from.
+fn replay(path: &Path, c: u64, catalog: &Catalog, report: &mut RecoveryReport) -> Result<LogState> {
+    let wal_dir = path.join("wal");
+    let mut segs = segments(&wal_dir)?;
+    // Segments wholly before the checkpoint (a crash after its manifest
+    // was renamed, before they were deleted).
+    let first_needed = segs.iter().rposition(|(start, _)| *start <= c).unwrap_or(0);
+    for (_, old) in segs.drain(..first_needed) {
+        fs::remove_file(&old).map_err(|e| StorageError::io(&old, e))?;
+    }
+    if let Some((start, p)) = segs.first() {
+        if *start > c {
+            return Err(unrecoverable(
+                p,
+                format!("the log starts at LSN {start}, after the checkpoint's LSN {c}: records are missing"),
+            ));
+        }
+    }
+    // A crash while a rotation created the last segment, before its header
+    // was durable, leaves a segment that never held a record.
+    if let Some((_, p)) = segs.last() {
+        let bytes = fs::read(p).map_err(|e| StorageError::io(p, e))?;
+        if bytes.len() as u64 <= wal::SEGMENT_HEADER && wal::scan_segment(&bytes).is_err() {
+            fs::remove_file(p).map_err(|e| StorageError::io(p, e))?;
+            segs.pop();
+        }
+    }
+    let mut end = c;
+    let mut current: Option<(File, PathBuf, u64)> = None;
+    let mut older = (0usize, 0u64);
+    let count = segs.len();
+    for (i, (start, seg_path)) in segs.into_iter().enumerate() {
+        let bytes = fs::read(&seg_path).map_err(|e| StorageError::io(&seg_path, e))?;
+        let scan =
+            wal::scan_segment(&bytes).map_err(|e| unrecoverable(&seg_path, e.to_string()))?;
+        if scan.start_lsn != start {
+            return Err(unrecoverable(
+                &seg_path,
+                "the segment's header names another LSN",
+            ));
+        }
+        if i > 0 && start != end {
+            return Err(unrecoverable(
+                &seg_path,
+                format!("a gap in the log: the previous segment ends at LSN {end}"),
+            ));
+        }
+        for (lsn, payload) in &scan.records {
+            if *lsn <= c {
+                continue;
+            }
+            let ops = wal::decode_payload(payload)
+                .map_err(|e| unrecoverable(&seg_path, format!("the record at LSN {lsn}: {e}")))?;
+            catalog
+                .commit(|state| {
+                    for op in &ops {
+                        state.apply(op)?;
+                    }
+                    Ok(())
+                })
+                .map_err(|e| {
+                    unrecoverable(
+                        &seg_path,
+                        format!("the record at LSN {lsn} does not apply: {e}"),
+                    )
+                })?;
+            report.records_replayed += 1;
+        }
+        end = start + scan.valid_len - wal::SEGMENT_HEADER;
+        let last = i + 1 == count;
+        if scan.torn {
+            if !last {
+                return Err(unrecoverable(
+                    &seg_path,
+                    "a corrupt record in a segment that is not the last",
+                ));
+            }
+            report.torn_bytes_cut = bytes.len() as u64 - scan.valid_len;
+        }
+        if last {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&seg_path)
+                .map_err(|e| StorageError::io(&seg_path, e))?;
+            if scan.torn {
+                file.set_len(scan.valid_len)
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| StorageError::io(&seg_path, e))?;
+            }
+            current = Some((file, seg_path, scan.valid_len));
+        } else {
+            older.0 += 1;
+            older.1 += bytes.len() as u64;
+        }
+    }
+    let (file, segment_path, segment_len) = match current {
+        Some(c_) if end >= c => c_,
+        // No log (a new directory) or one that ends before the checkpoint.
+        other => {
+            if let Some((_, p, len)) = other {
+                older.0 += 1;
+                older.1 += len;
+                drop(p);
+            }
+            end = end.max(c);
+            let (file, path) = new_segment(&wal_dir, end)?;
+            (file, path, wal::SEGMENT_HEADER)
+        }
+    };
+    Ok(LogState {
+        file: Arc::new(file),
+        segment_path,
+        segment_len,
+        end,
+        flushed: end,
+        flushing: false,
+        failed: None,
+        older_bytes: older.1,
+        older_segments: older.0,
+    })
+}
+
+/// Deletes checkpoint directories other than `keep`'s.
+fn remove_other_checkpoints(path: &Path, keep: Option<u64>) -> Result<()> {
+    let dir = path.join("checkpoints");
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StorageError::io(&dir, e)),
+    };
+    let keep = keep.map(|lsn| format!("{lsn:020}"));
+    for entry in entries {
+        let entry = entry.map_err(|e| StorageError::io(&dir, e))?;
+        if keep.as_deref() != entry.file_name().to_str() {
+            let p = entry.path();
+            fs::remove_dir_all(&p).map_err(|e| StorageError::io(&p, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a table as an Arrow IPC stream, fsynced; returns its bytes.
+fn write_table(path: &Path, table: &Table) -> Result<u64> {
+    let mut f = std::io::BufWriter::new(create_file(path)?);
+    {
+        let mut w = StreamWriter::try_new(&mut f, table.schema())?;
+        for b in table.blocks().iter() {
+            w.write(b)?;
+        }
+        w.finish()?;
+    }
+    let f = f
+        .into_inner()
+        .map_err(|e| StorageError::io(path, e.into_error()))?;
+    f.sync_all().map_err(|e| StorageError::io(path, e))?;
+    f.metadata()
+        .map(|m| m.len())
+        .map_err(|e| StorageError::io(path, e))
+}
+
+#[derive(Default)]
+struct ManifestBuilder {
+    kind: Vec<&'static str>,
+    schema: Vec<String>,
+    table: Vec<Option<String>>,
+    file: Vec<Option<String>>,
+    rows: Vec<u64>,
+}
+
+impl ManifestBuilder {
+    fn push(
+        &mut self,
+        kind: &'static str,
+        schema: &str,
+        table: Option<&str>,
+        file: Option<&str>,
+        rows: u64,
+    ) {
+        self.kind.push(kind);
+        self.schema.push(schema.to_string());
+        self.table.push(table.map(str::to_string));
+        self.file.push(file.map(str::to_string));
+        self.rows.push(rows);
+    }
+
+    fn finish(self) -> Result<RecordBatch> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("kind", DataType::Utf8, false),
+            Field::new("schema", DataType::Utf8, false),
+            Field::new("table", DataType::Utf8, true),
+            Field::new("file", DataType::Utf8, true),
+            Field::new("rows", DataType::UInt64, false),
+        ]));
+        Ok(RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(self.kind)),
+                Arc::new(StringArray::from(self.schema)),
+                Arc::new(StringArray::from(self.table)),
+                Arc::new(StringArray::from(self.file)),
+                Arc::new(UInt64Array::from(self.rows)),
+            ],
+        )?)
+    }
+}
+
+struct Manifest {
+    lsn: u64,
+    time: SystemTime,
+    batches: Vec<RecordBatch>,
+}
+
+fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
+    let mpath = path.join("manifest");
+    let file = match File::open(&mpath) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StorageError::io(&mpath, e)),
+    };
+    let bad = |why: String| unrecoverable(&mpath, format!("corrupt manifest: {why}"));
+    let reader = StreamReader::try_new(std::io::BufReader::new(file), None)
+        .map_err(|e| bad(e.to_string()))?;
+    let meta = reader.schema().metadata().clone();
+    match meta.get("stride.format").map(String::as_str) {
+        Some(FORMAT_VERSION) => {}
+        Some(other) => {
+            return Err(unrecoverable(
+                &mpath,
+                format!("unknown data directory format version {other} (this Stride reads version {FORMAT_VERSION})"),
+            ))
+        }
+        None => return Err(bad("no format version".into())),
+    }
+    let lsn = meta
+        .get("stride.lsn")
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| bad("no LSN".into()))?;
+    let millis = meta
+        .get("stride.time")
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| bad("no time".into()))?;
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(Some(Manifest {
+        lsn,
+        time: UNIX_EPOCH + Duration::from_millis(millis),
+        batches,
+    }))
+}
+
+/// Loads a checkpoint's schemas and tables; returns (tables, bytes).
+fn load_checkpoint(path: &Path, m: &Manifest, catalog: &Catalog) -> Result<(usize, u64)> {
+    let dir = path.join("checkpoints").join(format!("{:020}", m.lsn));
+    let mpath = path.join("manifest");
+    let bad = |why: String| unrecoverable(&mpath, why);
+    let mut tables = 0;
+    let mut bytes = 0;
+    let mut ops = Vec::new();
+    let mut schemas = BTreeMap::new();
+    for batch in &m.batches {
+        let col = |i: usize| batch.column(i).as_string_opt::<i32>().cloned();
+        let (Some(kind), Some(schema), Some(table), Some(file)) = (col(0), col(1), col(2), col(3))
+        else {
+            return Err(bad("corrupt manifest: unexpected columns".into()));
+        };
+        let rows = batch
+            .column(4)
+            .as_primitive_opt::<UInt64Type>()
+            .ok_or_else(|| bad("corrupt manifest: unexpected columns".into()))?;
+        for i in 0..batch.num_rows() {
+            let s = schema.value(i).to_string();
+            match kind.value(i) {
+                "schema" => {
+                    schemas.insert(s.clone(), ());
+                    if !catalog.schema_exists(&s) {
+                        ops.push(CatalogOp::CreateSchema(s));
+                    }
+                }
+                "table" if !table.is_null(i) && !file.is_null(i) => {
+                    let fpath = dir.join(file.value(i));
+                    let data = fs::read(&fpath).map_err(|e| {
+                        unrecoverable(&fpath, format!("a checkpoint's table file: {e}"))
+                    })?;
+                    bytes += data.len() as u64;
+                    let (arrow_schema, blocks) = wal::read_ipc_stream(&data)
+                        .map_err(|e| unrecoverable(&fpath, format!("corrupt table file: {e}")))?;
+                    let t = Table::new(table.value(i), arrow_schema, blocks)?;
+                    if t.num_rows() as u64 != rows.value(i) {
+                        return Err(unrecoverable(
+                            &fpath,
+                            format!(
+                                "the table file holds {} rows, the manifest says {}",
+                                t.num_rows(),
+                                rows.value(i)
+                            ),
+                        ));
+                    }
+                    ops.push(CatalogOp::PutTable {
+                        schema: s,
+                        table: Arc::new(t),
+                    });
+                    tables += 1;
+                }
+                other => return Err(bad(format!("corrupt manifest: an entry of kind {other}"))),
+            }
+        }
+    }
+    // Schemas the checkpoint does not list were dropped before it.
+    for name in catalog.schema_names() {
+        if !schemas.contains_key(&name) && catalog.table_names(&name)?.is_empty() {
+            catalog.drop_schema(&name, true, false)?;
+        }
+    }
+    catalog
+        .commit(|state| {
+            for op in &ops {
+                state.apply(op)?;
+            }
+            Ok(())
+        })
+        .map_err(|e| bad(format!("the checkpoint does not load: {e}")))?;
+    Ok((tables, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("stride-durable-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn config(path: &Path) -> DataDirConfig {
+        DataDirConfig {
+            path: path.to_path_buf(),
+            checkpoint_log_bytes: DEFAULT_CHECKPOINT_LOG_BYTES,
+        }
+    }
+
+    fn ids(n: std::ops::Range<i64>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(n))]).unwrap()
+    }
+
+    /// Commits `ops` as one record, as the SQL layer does.
+    fn commit(dir: &DataDir, catalog: &Catalog, ops: Vec<CatalogOp>) {
+        let encoded: Vec<Vec<u8>> = ops.iter().map(|o| wal::encode_op(o).unwrap()).collect();
+        let lsn = catalog
+            .commit(|state| {
+                for op in &ops {
+                    state.apply(op)?;
+                }
+                dir.append(&encoded)
+            })
+            .unwrap();
+        dir.wait_durable(lsn).unwrap();
+    }
+
+    fn create_t(dir: &DataDir, catalog: &Catalog) {
+        let b = ids(0..3);
+        let t = Table::new("t", b.schema(), vec![b]).unwrap();
+        commit(
+            dir,
+            catalog,
+            vec![
+                CatalogOp::CreateSchema("s".into()),
+                CatalogOp::PutTable {
+                    schema: "s".into(),
+                    table: Arc::new(t),
+                },
+            ],
+        );
+    }
+
+    fn append(dir: &DataDir, catalog: &Catalog, rows: std::ops::Range<i64>) {
+        commit(
+            dir,
+            catalog,
+            vec![CatalogOp::Append {
+                schema: "s".into(),
+                table: "t".into(),
+                blocks: vec![ids(rows)],
+            }],
+        );
+    }
+
+    fn rows(catalog: &Catalog) -> usize {
+        catalog.table("s", "t").unwrap().num_rows()
+    }
+
+    #[test]
+    fn the_log_and_checkpoints_survive_a_reopen() {
+        let path = temp_dir("reopen");
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            create_t(&dir, &catalog);
+            append(&dir, &catalog, 3..10);
+        }
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            assert_eq!(rows(&catalog), 10);
+            assert_eq!(dir.recovery().records_replayed, 2);
+            let info = dir.checkpoint(&catalog).unwrap();
+            assert_eq!(info.tables, 1);
+            // Nothing changed: the checkpoint is the one there is, its
+            // files untouched.
+            let again = dir.checkpoint(&catalog).unwrap();
+            assert_eq!((again.lsn, again.time), (info.lsn, info.time));
+            append(&dir, &catalog, 10..12);
+            let status = dir.status();
+            assert_eq!(status.checkpoint.unwrap().lsn, info.lsn);
+            assert_eq!(status.log_segments, 1);
+        }
+        let catalog = Catalog::new();
+        let dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(rows(&catalog), 12);
+        assert_eq!(dir.recovery().records_replayed, 1);
+        assert_eq!(dir.recovery().tables_loaded, 1);
+        drop(dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_segment_torn_in_its_header_is_dropped() {
+        let path = temp_dir("torn-header");
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            create_t(&dir, &catalog);
+        }
+        let first = segments(&path.join("wal")).unwrap()[0].0;
+        let seg = path.join("wal").join(format!("{:020}.log", first + 10_000));
+        fs::write(&seg, b"STRW").unwrap();
+        let catalog = Catalog::new();
+        let dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(rows(&catalog), 3);
+        assert!(!seg.exists());
+        append(&dir, &catalog, 3..4);
+        drop(dir);
+        let catalog = Catalog::new();
+        let _dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(rows(&catalog), 4);
+        drop(_dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_second_process_is_refused() {
+        let path = temp_dir("lock");
+        let catalog = Catalog::new();
+        let _dir = DataDir::open(&config(&path), &catalog).unwrap();
+        // flock locks belong to the open file description: a second open
+        // conflicts even within one process.
+        let err = DataDir::open(&config(&path), &Catalog::new()).unwrap_err();
+        assert!(matches!(err, StorageError::DataDirInUse { .. }), "{err}");
+        drop(_dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_and_the_log_goes_on() {
+        let path = temp_dir("torn");
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            create_t(&dir, &catalog);
+            append(&dir, &catalog, 3..10);
+        }
+        let seg = segments(&path.join("wal")).unwrap()[0].1.clone();
+        let len = fs::metadata(&seg).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .unwrap()
+            .set_len(len - 5)
+            .unwrap();
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            assert_eq!(rows(&catalog), 3, "the torn append is gone");
+            assert!(dir.recovery().torn_bytes_cut > 0);
+            append(&dir, &catalog, 3..5);
+        }
+        let catalog = Catalog::new();
+        let _dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(rows(&catalog), 5);
+        drop(_dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_crash_during_a_checkpoint_recovers() {
+        let path = temp_dir("ckpt-crash");
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            create_t(&dir, &catalog);
+            dir.checkpoint(&catalog).unwrap();
+            append(&dir, &catalog, 3..10);
+        }
+        // What a crash in the middle of the next checkpoint leaves: a
+        // half-written manifest and checkpoint directory.
+        fs::write(path.join("manifest.tmp"), b"half a manifest").unwrap();
+        let partial = path.join("checkpoints").join(format!("{:020}", 999_999));
+        fs::create_dir_all(&partial).unwrap();
+        fs::write(partial.join("0.arrow"), b"half a table").unwrap();
+        let catalog = Catalog::new();
+        let _dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(rows(&catalog), 10);
+        assert!(!partial.exists());
+        assert!(!path.join("manifest.tmp").exists());
+        drop(_dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn an_unreadable_directory_is_refused() {
+        let path = temp_dir("refuse");
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            create_t(&dir, &catalog);
+            dir.checkpoint(&catalog).unwrap();
+        }
+        let manifest = path.join("manifest");
+        let good = fs::read(&manifest).unwrap();
+        fs::write(&manifest, &good[..good.len() / 2]).unwrap();
+        let err = DataDir::open(&config(&path), &Catalog::new()).unwrap_err();
+        assert!(matches!(err, StorageError::Unrecoverable { .. }), "{err}");
+        // A corrupt record before the last segment's end is refused too.
+        fs::write(&manifest, &good).unwrap();
+        let wal_dir = path.join("wal");
+        let first = segments(&wal_dir).unwrap()[0].0;
+        let (f, _) = new_segment(&wal_dir, first + 1000).unwrap();
+        drop(f);
+        let err = DataDir::open(&config(&path), &Catalog::new()).unwrap_err();
+        assert!(matches!(err, StorageError::Unrecoverable { .. }), "{err}");
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn concurrent_commits_share_fsyncs_and_all_survive() {
+        let path = temp_dir("group");
+        {
+            let catalog = Arc::new(Catalog::new());
+            let dir = Arc::new(DataDir::open(&config(&path), &catalog).unwrap());
+            create_t(&dir, &catalog);
+            let threads: Vec<_> = (0..8)
+                .map(|k| {
+                    let (dir, catalog) = (dir.clone(), catalog.clone());
+                    std::thread::spawn(move || {
+                        for i in 0..20 {
+                            let n = 1000 + k * 100 + i;
+                            append(&dir, &catalog, n..n + 1);
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            let s = dir.status();
+            assert_eq!(s.commits, 161);
+            assert_eq!(s.flushed_lsn, s.end_lsn);
+        }
+        let catalog = Catalog::new();
+        let _dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(rows(&catalog), 3 + 160);
+        drop(_dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+}

@@ -1,0 +1,306 @@
+//! Crash tests of the data directory against the real `stride serve
+//! --data-dir` binary: clients insert and commit concurrently while the
+//! server is killed with SIGKILL at seeded random moments; after each
+//! restart every acknowledged commit is present and nothing else is (no
+//! unacknowledged row that was never sent, no half of a two-row
+//! transaction). Also: a torn last log record, and the leftovers of a crash
+//! during a checkpoint.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+
+mod common;
+
+/// A running `stride serve --data-dir`.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Starts the server on `dir` (checkpoints after 64 kB of log, so that
+    /// kills land in checkpoints too) and waits until it accepts
+    /// connections.
+    fn start(dir: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stride"))
+            .args(["--workers", "1", "--data-dir"])
+            .arg(dir)
+            .args(["--checkpoint-log-size", "64", "serve", "--port", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start stride serve");
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("the server exited: {:?}", child.wait()))
+                .unwrap();
+            if let Some(rest) = line.split("ready to accept connections on ").nth(1) {
+                break rest.split_whitespace().next().unwrap().parse().unwrap();
+            }
+        };
+        // Keep draining stderr so that the server never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, addr }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stride-crash-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+async fn ids(addr: SocketAddr) -> Vec<i64> {
+    let client = common::client::connect(addr, "stride").await;
+    let rows = client
+        .query("select id from t order by id", &[])
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get::<_, i64>(0)).collect()
+}
+
+#[test]
+fn acknowledged_commits_survive_sigkill() {
+    let dir = temp_dir("kill");
+    let rt = common::client::runtime();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(18);
+    let server = Server::start(&dir);
+    rt.block_on(async {
+        let c = common::client::connect(server.addr, "stride").await;
+        c.batch_execute("create table t (id bigint not null, client int)")
+            .await
+            .unwrap();
+    });
+    // Ids whose commit was acknowledged; ids that were ever sent (a
+    // transaction of two rows sends id and -id).
+    let acked = Arc::new(Mutex::new(BTreeSet::new()));
+    let sent = Arc::new(Mutex::new(BTreeSet::new()));
+    let next = Arc::new(AtomicI64::new(1));
+    let mut server = Some(server);
+    for round in 0..5 {
+        let s = server.take().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Vec<_> = (0..4)
+            .map(|k| {
+                let (acked, sent, next, stop) =
+                    (acked.clone(), sent.clone(), next.clone(), stop.clone());
+                let addr = s.addr;
+                let handle = rt.handle().clone();
+                std::thread::spawn(move || {
+                    handle.block_on(async move {
+                        let c = common::client::connect(addr, "stride").await;
+                        while !stop.load(Ordering::Relaxed) {
+                            let id = next.fetch_add(1, Ordering::Relaxed);
+                            let pair = id % 3 == 0;
+                            let sql = if pair {
+                                format!(
+                                    "begin; insert into t values ({id}, {k}); \
+                                     insert into t values ({}, {k}); commit",
+                                    -id
+                                )
+                            } else {
+                                format!("insert into t values ({id}, {k})")
+                            };
+                            {
+                                let mut sent = sent.lock().unwrap();
+                                sent.insert(id);
+                                if pair {
+                                    sent.insert(-id);
+                                }
+                            }
+                            if c.batch_execute(&sql).await.is_err() {
+                                return;
+                            }
+                            let mut acked = acked.lock().unwrap();
+                            acked.insert(id);
+                            if pair {
+                                acked.insert(-id);
+                            }
+                        }
+                    })
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(rng.random_range(100..600)));
+        s.kill();
+        stop.store(true, Ordering::Relaxed);
+        for c in clients {
+            c.join().unwrap();
+        }
+        if round == 2 {
+            // What a crash in the middle of writing a checkpoint leaves.
+            std::fs::write(dir.join("manifest.tmp"), b"half a manifest").unwrap();
+            let partial = dir.join("checkpoints").join("99999999999999999999");
+            std::fs::create_dir_all(&partial).unwrap();
+            std::fs::write(partial.join("0.arrow"), b"half a table").unwrap();
+        }
+        let restarted = Server::start(&dir);
+        let present: BTreeSet<i64> = rt.block_on(ids(restarted.addr)).into_iter().collect();
+        let acked = acked.lock().unwrap();
+        let sent = sent.lock().unwrap();
+        let lost: Vec<_> = acked.difference(&present).collect();
+        assert!(
+            lost.is_empty(),
+            "round {round}: acknowledged commits lost: {lost:?}"
+        );
+        let unsent: Vec<_> = present.difference(&sent).collect();
+        assert!(
+            unsent.is_empty(),
+            "round {round}: rows never sent: {unsent:?}"
+        );
+        for id in &present {
+            // Rows id and -id of a two-row transaction come together or not at all.
+            if *id < 0 || id % 3 == 0 {
+                assert!(
+                    present.contains(&-id),
+                    "round {round}: half of transaction {id}"
+                );
+            }
+        }
+        assert!(
+            acked.len() > 10 * (round + 1),
+            "round {round}: too few commits to test"
+        );
+        server = Some(restarted);
+    }
+    // The log passed the checkpoint size several times: the kills fell
+    // among automatic checkpoints too.
+    let s = server.unwrap();
+    let checkpointed = rt.block_on(async {
+        let c = common::client::connect(s.addr, "stride").await;
+        c.query_one("select checkpoint_lsn from stride.storage", &[])
+            .await
+            .unwrap()
+            .get::<_, Option<i64>>(0)
+    });
+    assert!(checkpointed.is_some_and(|lsn| lsn > 64 * 1024));
+    s.kill();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_torn_last_record_recovers_to_the_one_before() {
+    let dir = temp_dir("torn");
+    let rt = common::client::runtime();
+    let s = Server::start(&dir);
+    rt.block_on(async {
+        let c = common::client::connect(s.addr, "stride").await;
+        c.batch_execute("create table t (id bigint)").await.unwrap();
+        c.batch_execute("insert into t values (1)").await.unwrap();
+        c.batch_execute("insert into t values (2)").await.unwrap();
+    });
+    s.kill();
+    let segment = std::fs::read_dir(dir.join("wal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
+    let len = std::fs::metadata(&segment).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(len - 3)
+        .unwrap();
+    let s = Server::start(&dir);
+    assert_eq!(rt.block_on(ids(s.addr)), vec![1]);
+    rt.block_on(async {
+        let c = common::client::connect(s.addr, "stride").await;
+        c.batch_execute("insert into t values (3)").await.unwrap();
+        let row = c
+            .query_one(
+                "select end_lsn = flushed_lsn, log_bytes > 0 from stride.storage",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert!(row.get::<_, bool>(0) && row.get::<_, bool>(1));
+        c.batch_execute("checkpoint").await.unwrap();
+        let row = c
+            .query_one("select checkpoint_tables from stride.storage", &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>(0), 1);
+    });
+    s.kill();
+    let s = Server::start(&dir);
+    assert_eq!(rt.block_on(ids(s.addr)), vec![1, 3]);
+    // One process per directory.
+    let second = Command::new(env!("CARGO_BIN_EXE_stride"))
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["sql", "select 1"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let message = String::from_utf8_lossy(&second.stderr);
+    assert!(message.contains("in use by another process"), "{message}");
+    s.kill();
+    // A directory it cannot read is refused, not started empty.
+    std::fs::write(dir.join("manifest"), b"not a manifest").unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_stride"))
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["sql", "select 1"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(message.contains("cannot recover"), "{message}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ready_for_query_reports_the_block_state() {
+    use common::wire::{query_message, read_until, sqlstate_of, startup_packet};
+    use std::io::Write;
+    let dir = temp_dir("status");
+    let s = Server::start(&dir);
+    let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream.write_all(&startup_packet("stride")).unwrap();
+    let status = |messages: Vec<(u8, Vec<u8>)>| {
+        let (tag, body) = messages.last().unwrap().clone();
+        assert_eq!(tag, b'Z');
+        let error = messages
+            .iter()
+            .find(|(t, _)| *t == b'E')
+            .map(|(_, b)| sqlstate_of(b));
+        (body[0], error)
+    };
+    assert_eq!(status(read_until(&mut stream, b'Z')).0, b'I');
+    let mut send = |sql: &str| {
+        stream.write_all(&query_message(sql)).unwrap();
+        status(read_until(&mut stream, b'Z'))
+    };
+    assert_eq!(send("create table t (a int)"), (b'I', None));
+    assert_eq!(send("begin"), (b'T', None));
+    assert_eq!(send("insert into t values (1)"), (b'T', None));
+    assert_eq!(send("select nope from t"), (b'E', Some("42703".into())));
+    assert_eq!(send("select 1"), (b'E', Some("25P02".into())));
+    assert_eq!(send("commit"), (b'I', None));
+    assert_eq!(send("begin read only"), (b'T', None));
+    assert_eq!(
+        send("insert into t values (2)"),
+        (b'E', Some("25006".into()))
+    );
+    assert_eq!(send("rollback"), (b'I', None));
+    drop(stream);
+    s.kill();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
