@@ -26,7 +26,12 @@
 //!   [`scram`] — the SCRAM-SHA-256 verifiers roles keep of passwords;
 //! * [`history`] — recorded per-pipeline costs, SRPT's work estimates;
 //! * [`activity`] — the query log and the system views `stride.queries`,
-//!   `stride.workers`.
+//!   `stride.workers`;
+//! * [`pg_catalog`] — `pg_catalog` and `information_schema` as views over
+//!   the live catalog; [`pg_functions`] — PostgreSQL's catalog and session
+//!   functions; [`pg_compat`] — PostgreSQL syntax clients send (`OPERATOR(
+//!   pg_catalog.~)`, `::regclass`, `COLLATE "default"`, `= ANY(ARRAY[..])`)
+//!   rewritten to what the planner binds.
 
 pub mod activity;
 pub mod coerce;
@@ -40,6 +45,9 @@ pub mod interrupt;
 pub mod join_order;
 pub mod limits;
 pub mod lower;
+pub mod pg_catalog;
+pub mod pg_compat;
+pub mod pg_functions;
 pub mod roles;
 pub mod scram;
 pub mod settings;

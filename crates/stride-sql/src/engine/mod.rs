@@ -49,11 +49,14 @@ use crate::error::{PlanKind, Result, SettingKind, SqlError, UndefinedKind};
 use crate::interrupt::Interrupt;
 use crate::settings::SessionSettings;
 
+mod apply;
+mod catalog_views;
 mod ddl;
 mod prepared;
 mod query;
 mod set;
 
+pub use catalog_views::PgContext;
 pub use prepared::Prepared;
 
 /// Engine settings.
@@ -619,10 +622,10 @@ impl Session {
         }
     }
 
-    fn to_logical(&self, stmt: DFStatement) -> Result<LogicalPlan> {
+    fn to_logical(&self, mut stmt: DFStatement) -> Result<LogicalPlan> {
+        crate::pg_compat::rewrite(&mut stmt, &|name| self.engine.functions.is_aggregate(name));
         let engine = &self.engine;
-        let viewer = self.viewer();
-        let system = |name: &str| engine.system_view(name, viewer);
+        let system = |name: &str| self.view(name);
         let session_user = self.current_user();
         let ctx = PlannerContext {
             catalog: &engine.catalog,
@@ -632,6 +635,7 @@ impl Session {
             system: &system,
             session_user: &session_user,
             misses: Default::default(),
+            pg: self.pg_context(),
         };
         let options = ParserOptions::default()
             .with_parse_float_as_decimal(true)

@@ -102,6 +102,13 @@ impl Session {
                     .map(|i| i.value.to_lowercase())
                     .collect::<Vec<_>>()
                     .join(".");
+                // `SHOW TRANSACTION ISOLATION LEVEL` is PostgreSQL's
+                // spelling of `SHOW transaction_isolation`.
+                let name = if name == "transaction.isolation.level" {
+                    "transaction_isolation".to_string()
+                } else {
+                    name
+                };
                 let schema = show_schema(&name);
                 return Ok(Prepared {
                     kind: PreparedKind::Show(name),
@@ -282,7 +289,6 @@ impl Session {
     /// ones.
     fn rebind(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         let engine = &self.engine;
-        let viewer = self.viewer();
         let current = |origin: &SourceOrigin| -> Result<Arc<Table>> {
             match origin {
                 SourceOrigin::Catalog { schema, table } => {
@@ -293,15 +299,12 @@ impl Session {
                         )
                     })
                 }
-                SourceOrigin::System { view } => engine
-                    .system_view(view, viewer)?
-                    .map(Arc::new)
-                    .ok_or_else(|| {
-                        SqlError::undefined(
-                            UndefinedKind::Table,
-                            format!("relation \"stride.{view}\" does not exist"),
-                        )
-                    }),
+                SourceOrigin::System { view } => self.view(view)?.map(Arc::new).ok_or_else(|| {
+                    SqlError::undefined(
+                        UndefinedKind::Table,
+                        format!("relation \"stride.{view}\" does not exist"),
+                    )
+                }),
             }
         };
         plan.transform_up_with_subqueries(|node| {
