@@ -1,6 +1,7 @@
 //! The catalogs real clients read (`pg_catalog`, `information_schema`),
 //! checked through the clients themselves: psql's meta-commands, SQLAlchemy's
-//! reflection and pgjdbc's `DatabaseMetaData`.
+//! reflection and pgjdbc's `DatabaseMetaData`; and psycopg's server-side
+//! cursors (DECLARE / FETCH / CLOSE).
 //!
 //! `scripts/setup.sh` installs the clients (psql and pgjdbc from Debian,
 //! SQLAlchemy and psycopg from PyPI, `scripts/requirements-test.txt`).
@@ -147,4 +148,27 @@ fn jdbc_metadata_browses_schemas_and_tables() {
     // functions are not supported yet (issue 17, item 1).
     assert!(lines[3].starts_with("columns failed 0A000"), "{out}");
     assert_eq!(lines[4], "query ink", "{out}");
+}
+
+#[test]
+fn psycopg_named_cursors_fetch_in_batches() {
+    let addr = server();
+    let mut cmd = Command::new("python3");
+    cmd.arg(program("psycopg_named_cursor.py"))
+        .arg(addr.ip().to_string())
+        .arg(addr.port().to_string());
+    let out = output(cmd, "psycopg named cursor");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "columns id,v",
+            "first [(2, 'b'), (3, 'c')]",
+            "next [(4, 'd'), (5, 'e')]",
+            "rest []",
+            "iterated [1, 2, 3, 4, 5]",
+            "held 5",
+        ],
+        "{out}"
+    );
 }

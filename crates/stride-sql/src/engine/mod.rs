@@ -51,6 +51,7 @@ use crate::settings::SessionSettings;
 
 mod apply;
 mod catalog_views;
+mod cursor;
 mod ddl;
 mod prepared;
 mod query;
@@ -438,6 +439,7 @@ impl Engine {
             settings: SessionSettings::default(),
             transaction: TransactionState::default(),
             interrupt: Arc::new(Interrupt::default()),
+            cursors: Default::default(),
             statement_stats: RefCell::new(None),
         }
     }
@@ -489,6 +491,8 @@ pub struct Session {
     settings: SessionSettings,
     transaction: TransactionState,
     interrupt: Arc<Interrupt>,
+    /// Open cursors (`DECLARE`), by name.
+    cursors: cursor::Cursors,
     /// Scheduler accounting summed over the queries of the running statement
     /// (a statement may run scalar subqueries first).
     statement_stats: RefCell<Option<QueryStats>>,

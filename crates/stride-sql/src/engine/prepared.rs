@@ -51,6 +51,8 @@ enum PreparedKind {
     DiscardAll,
     /// `CREATE` / `ALTER` / `DROP ROLE`, `GRANT`, `REVOKE`.
     Role(crate::roles::RoleStatement),
+    /// `DECLARE` (with its query's plan), `FETCH`, `CLOSE`.
+    Cursor(super::cursor::CursorStatement, Option<LogicalPlan>),
 }
 
 impl Prepared {
@@ -158,6 +160,35 @@ impl Session {
                     sql,
                 });
             }
+            if let Some(cursor) = super::cursor::parse(s) {
+                let (statement, query) = cursor?;
+                let (plan, param_types, schema) = match (&statement, query) {
+                    (_, Some(query)) => {
+                        let plan = self.to_logical(DFStatement::Statement(Box::new(query)))?;
+                        let plan = crate::integers::widen_integer_sums(plan)?;
+                        let mut types = plan.get_parameter_types()?;
+                        let count = types
+                            .keys()
+                            .filter_map(|k| k.strip_prefix('$')?.parse::<usize>().ok())
+                            .max()
+                            .unwrap_or(0);
+                        let param_types = (1..=count)
+                            .map(|i| types.remove(&format!("${i}")).flatten())
+                            .collect();
+                        (Some(plan), param_types, None)
+                    }
+                    (super::cursor::CursorStatement::Fetch { name, .. }, None) => {
+                        (None, Vec::new(), self.cursor_schema(name))
+                    }
+                    _ => (None, Vec::new(), None),
+                };
+                return Ok(Prepared {
+                    kind: PreparedKind::Cursor(statement, plan),
+                    param_types,
+                    schema,
+                    sql,
+                });
+            }
             if let Some(role_statement) =
                 crate::roles::RoleStatement::from_sql(s, &self.default_schema)
             {
@@ -242,7 +273,41 @@ impl Session {
         match &prepared.kind {
             PreparedKind::Empty => Ok(command("")),
             PreparedKind::Show(name) => self.show(name),
-            PreparedKind::Transaction(op) => self.transaction(*op),
+            PreparedKind::Transaction(op) => {
+                let out = self.transaction(*op);
+                self.end_transaction_cursors();
+                out
+            }
+            PreparedKind::Cursor(statement, plan) => {
+                use super::cursor::CursorStatement;
+                match (statement, plan) {
+                    (CursorStatement::Declare { name, hold }, Some(plan)) => {
+                        self.check_declare(*hold)?;
+                        let plan = self.rebind(plan.clone())?;
+                        let plan = if params.is_empty() {
+                            plan
+                        } else {
+                            plan.with_param_values(params)?
+                        };
+                        self.authorize(&plan)?;
+                        let output = match self.dispatch(plan, &prepared.sql)? {
+                            StatementOutput::Query(q) => q,
+                            _ => {
+                                return Err(SqlError::plan(
+                                    PlanKind::Other,
+                                    "DECLARE CURSOR needs a query",
+                                ))
+                            }
+                        };
+                        self.declare_cursor(name, *hold, output)
+                    }
+                    (CursorStatement::Fetch { name, count }, _) => self.fetch(name, *count),
+                    (CursorStatement::Close(name), _) => self.close_cursor(name.as_deref()),
+                    (CursorStatement::Declare { .. }, None) => {
+                        Err(SqlError::Internal("DECLARE without its query".into()))
+                    }
+                }
+            }
             PreparedKind::Deallocate(name) => Ok(StatementOutput::Deallocate {
                 name: name.clone(),
                 tag: "DEALLOCATE".into(),
@@ -255,6 +320,7 @@ impl Session {
                     ));
                 }
                 self.settings = SessionSettings::default();
+                self.cursors.clear();
                 Ok(StatementOutput::Deallocate {
                     name: None,
                     tag: "DISCARD ALL".into(),
