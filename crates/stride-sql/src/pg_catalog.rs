@@ -17,8 +17,9 @@
 //! Types follow the wire protocol's mapping ([`pg_type_of`], which the
 //! server uses for result columns too). Relations Stride has no instances
 //! of (indexes, constraints, defaults, descriptions, triggers, policies,
-//! publications, sequences, inheritance, access methods) are present with
-//! PostgreSQL's columns and no rows, which is the true answer for Stride.
+//! publications, sequences, inheritance, access methods, role memberships)
+//! are present with PostgreSQL's columns and no rows, which is the true
+//! answer for Stride.
 
 use std::sync::Arc;
 
@@ -465,6 +466,15 @@ const PG_USER: Columns = &[
     ("valuntil", Text),
     ("useconfig", TextList),
 ];
+const PG_AUTH_MEMBERS: Columns = &[
+    ("oid", Oid),
+    ("roleid", Oid),
+    ("member", Oid),
+    ("grantor", Oid),
+    ("admin_option", Bool),
+    ("inherit_option", Bool),
+    ("set_option", Bool),
+];
 const PG_INDEX: Columns = &[
     ("indexrelid", Oid),
     ("indrelid", Oid),
@@ -852,6 +862,7 @@ const VIEWS: &[ViewDef] = &[
     def(PG_CATALOG, "pg_database", PG_DATABASE),
     def(PG_CATALOG, "pg_roles", PG_ROLES),
     def(PG_CATALOG, "pg_user", PG_USER),
+    def(PG_CATALOG, "pg_auth_members", PG_AUTH_MEMBERS),
     def(PG_CATALOG, "pg_index", PG_INDEX),
     def(PG_CATALOG, "pg_proc", PG_PROC),
     def(PG_CATALOG, "pg_description", PG_DESCRIPTION),

@@ -89,6 +89,11 @@ fn psql_meta_commands_list_the_live_catalog() {
     );
     let l = psql(&["\\l"]);
     assert!(l.contains("stride|stride|UTF8|C|C|"), "{l}");
+    let du = psql(&["\\du"]);
+    assert!(
+        du.contains("stride|Superuser"),
+        "\\du lists the roles: {du}"
+    );
     // Stride has no user-defined functions: an empty list, not an error.
     let df = psql(&["\\df"]);
     assert!(df.contains("(0 rows)"), "{df}");
