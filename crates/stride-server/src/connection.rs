@@ -785,6 +785,10 @@ impl Connection {
             }
         } else {
             let Some(portal) = self.portals.get(name) else {
+                // A cursor (DECLARE) is a portal too.
+                if let Some(schema) = self.session.as_ref().and_then(|s| s.cursor_schema(name)) {
+                    return self.out.row_description(&describe_schema(&schema, &[]));
+                }
                 return self.extended_error(
                     sqlstate::INVALID_CURSOR_NAME,
                     &format!("portal \"{name}\" does not exist"),

@@ -28,6 +28,8 @@ pub const INVALID_PARAMETER_VALUE: &str = "22023";
 pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
 pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
 pub const INVALID_CURSOR_NAME: &str = "34000";
+pub const DUPLICATE_CURSOR: &str = "42P03";
+pub const NO_ACTIVE_SQL_TRANSACTION: &str = "25P01";
 pub const DATA_EXCEPTION: &str = "22000";
 pub const DIVISION_BY_ZERO: &str = "22012";
 pub const CARDINALITY_VIOLATION: &str = "21000";
@@ -72,6 +74,7 @@ pub fn of(e: &SqlError) -> &'static str {
             PlanKind::DuplicateColumn => DUPLICATE_COLUMN,
             PlanKind::WrongObjectType => WRONG_OBJECT_TYPE,
             PlanKind::InTransactionBlock => ACTIVE_SQL_TRANSACTION,
+            PlanKind::NoActiveTransaction => NO_ACTIVE_SQL_TRANSACTION,
             PlanKind::Other => SYNTAX_ERROR_OR_ACCESS_RULE,
         },
         SqlError::Setting { kind, .. } => match kind {
@@ -86,6 +89,8 @@ pub fn of(e: &SqlError) -> &'static str {
         SqlError::InsufficientPrivilege(_) => INSUFFICIENT_PRIVILEGE,
         SqlError::DuplicateObject(_) => DUPLICATE_OBJECT,
         SqlError::UndefinedObject(_) => UNDEFINED_OBJECT,
+        SqlError::UndefinedCursor(_) => INVALID_CURSOR_NAME,
+        SqlError::DuplicateCursor(_) => DUPLICATE_CURSOR,
         SqlError::DependentObjects(_) => DEPENDENT_OBJECTS_STILL_EXIST,
         SqlError::ObjectInUse(_) => OBJECT_IN_USE,
         SqlError::InvalidGrant(_) => INVALID_GRANT_OPERATION,

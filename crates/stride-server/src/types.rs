@@ -47,21 +47,10 @@ pub const NAME: u32 = 19;
 const PG_EPOCH_DAYS: i32 = 10_957;
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
-/// (type oid, type size) of an Arrow type.
+/// (type oid, type size) of an Arrow type: the mapping the catalogs
+/// (`pg_attribute`, `format_type`) describe columns with.
 pub fn pg_type(t: &DataType) -> (u32, i16) {
-    match t {
-        DataType::Boolean => (BOOL, 1),
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => (INT2, 2),
-        DataType::Int32 | DataType::UInt16 => (INT4, 4),
-        DataType::Int64 | DataType::UInt32 => (INT8, 8),
-        DataType::UInt64 | DataType::Decimal128(_, _) => (NUMERIC, -1),
-        DataType::Float16 | DataType::Float32 => (FLOAT4, 4),
-        DataType::Float64 => (FLOAT8, 8),
-        DataType::Date32 => (DATE, 4),
-        DataType::Timestamp(_, None) => (TIMESTAMP, 8),
-        DataType::Timestamp(_, Some(_)) => (TIMESTAMPTZ, 8),
-        _ => (TEXT, -1),
-    }
+    stride_sql::pg_catalog::pg_type_of(t)
 }
 
 /// The Arrow type a parameter of type `oid` is decoded to when the statement

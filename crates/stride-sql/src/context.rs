@@ -61,6 +61,23 @@ pub struct FunctionRegistry {
     planners: Vec<Arc<dyn ExprPlanner>>,
 }
 
+impl FunctionRegistry {
+    /// The names of the scalar functions (`pg_proc`).
+    pub fn scalar_names(&self) -> Vec<String> {
+        self.scalars.keys().cloned().collect()
+    }
+
+    /// Whether `name` is an aggregate function.
+    pub fn is_aggregate(&self, name: &str) -> bool {
+        self.aggregates.contains_key(name)
+    }
+
+    /// The names of the aggregate functions (`pg_proc`).
+    pub fn aggregate_names(&self) -> Vec<String> {
+        self.aggregates.keys().cloned().collect()
+    }
+}
+
 impl std::fmt::Debug for FunctionRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -99,6 +116,12 @@ impl Default for FunctionRegistry {
             }
             aggregates.insert(f.name().to_string(), f);
         }
+        aggregates.insert(
+            crate::pg_functions::SINGLE_VALUE.to_string(),
+            Arc::new(AggregateUDF::new_from_impl(
+                crate::pg_functions::SingleValue::default(),
+            )),
+        );
         let planners: Vec<Arc<dyn ExprPlanner>> = vec![
             Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
             Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
@@ -176,6 +199,8 @@ pub struct PlannerContext<'a> {
     /// Function names the planner looked up in vain (start with
     /// `Default::default()`).
     pub misses: FunctionMisses,
+    /// What PostgreSQL's catalog functions (`crate::pg_functions`) read.
+    pub pg: Arc<crate::engine::PgContext>,
 }
 
 /// What the planner failed to find among the functions while binding one
@@ -233,6 +258,29 @@ impl ContextProvider for PlannerContext<'_> {
         name: TableReference,
     ) -> datafusion_common::Result<Arc<dyn TableSource>> {
         let (schema, table) = self.resolve(&name);
+        // `pg_catalog` and `information_schema` (unless the catalog holds
+        // a schema of that name); a bare name of a `pg_catalog` relation
+        // means it, as PostgreSQL searches `pg_catalog` first.
+        let catalog_view = match &name {
+            TableReference::Bare { .. } => {
+                crate::pg_catalog::is_view(crate::pg_catalog::PG_CATALOG, &table)
+                    .then_some(crate::pg_catalog::PG_CATALOG)
+            }
+            _ => (crate::pg_catalog::is_catalog_schema(&schema)
+                && !self.catalog.schema_exists(&schema))
+            .then_some(schema.as_str()),
+        };
+        if let Some(catalog_schema) = catalog_view {
+            let qualified = format!("{catalog_schema}.{table}");
+            let view =
+                (self.system)(&qualified).map_err(|e| DataFusionError::External(Box::new(e)))?;
+            if let Some(view) = view {
+                return Ok(Arc::new(StrideTableSource {
+                    table: Arc::new(view),
+                    origin: SourceOrigin::System { view: qualified },
+                }));
+            }
+        }
         if schema == crate::activity::SYSTEM_SCHEMA && !self.catalog.schema_exists(&schema) {
             let view = (self.system)(&table).map_err(|e| DataFusionError::External(Box::new(e)))?;
             if let Some(view) = view {
@@ -263,6 +311,10 @@ impl ContextProvider for PlannerContext<'_> {
                 value: self.session_user.to_string(),
                 signature: Signature::nullary(Volatility::Stable),
             })));
+        }
+        let name = name.strip_prefix("pg_catalog.").unwrap_or(name);
+        if let Some(f) = crate::pg_functions::lookup(name, &self.pg) {
+            return Some(f);
         }
         let found = self.functions.scalars.get(name).cloned();
         self.misses.looked_up(name, found.is_some());

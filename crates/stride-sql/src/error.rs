@@ -33,6 +33,12 @@ pub enum SqlError {
     /// No prepared statement of that name (SQLSTATE 26000).
     #[error("{0}")]
     UndefinedPreparedStatement(String),
+    /// No cursor of that name (SQLSTATE 34000).
+    #[error("{0}")]
+    UndefinedCursor(String),
+    /// A cursor of that name is open already (SQLSTATE 42P03).
+    #[error("{0}")]
+    DuplicateCursor(String),
     /// The session may not do this (SQLSTATE 42501).
     #[error("{0}")]
     InsufficientPrivilege(String),
@@ -111,6 +117,9 @@ pub enum PlanKind {
     WrongObjectType,
     /// A statement that may not run inside a transaction block (25001).
     InTransactionBlock,
+    /// The statement needs a transaction block (`DECLARE` without `WITH
+    /// HOLD`; SQLSTATE 25P01).
+    NoActiveTransaction,
     /// Anything else (42000).
     Other,
 }

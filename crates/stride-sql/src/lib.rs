@@ -29,7 +29,12 @@
 //! * [`activity`] — the query log and the system views `stride.queries`,
 //!   `stride.workers`;
 //! * [`storage_view`] — the system views `stride.storage` and
-//!   `stride.storage_tables` (the data directory's state).
+//!   `stride.storage_tables` (the data directory's state);
+//! * [`pg_catalog`] — `pg_catalog` and `information_schema` as views over
+//!   the live catalog; [`pg_functions`] — PostgreSQL's catalog and session
+//!   functions; [`pg_compat`] — PostgreSQL syntax clients send (`OPERATOR(
+//!   pg_catalog.~)`, `::regclass`, `COLLATE "default"`, `= ANY(ARRAY[..])`)
+//!   rewritten to what the planner binds.
 
 pub mod activity;
 pub mod coerce;
@@ -43,6 +48,9 @@ pub mod interrupt;
 pub mod join_order;
 pub mod limits;
 pub mod lower;
+pub mod pg_catalog;
+pub mod pg_compat;
+pub mod pg_functions;
 pub mod roles;
 pub mod scram;
 pub mod settings;

@@ -52,12 +52,16 @@ use crate::error::{PlanKind, Result, SettingKind, SqlError, UndefinedKind};
 use crate::interrupt::Interrupt;
 use crate::settings::SessionSettings;
 
+mod apply;
+mod catalog_views;
+mod cursor;
 mod ddl;
 mod prepared;
 mod query;
 mod set;
 mod txn;
 
+pub use catalog_views::PgContext;
 pub use prepared::Prepared;
 use txn::TransactionState;
 
@@ -479,6 +483,7 @@ impl Engine {
             settings: SessionSettings::default(),
             transaction: TransactionState::default(),
             interrupt: Arc::new(Interrupt::default()),
+            cursors: Default::default(),
             statement_stats: RefCell::new(None),
         }
     }
@@ -533,6 +538,8 @@ pub struct Session {
     settings: SessionSettings,
     transaction: TransactionState,
     interrupt: Arc<Interrupt>,
+    /// Open cursors (`DECLARE`), by name.
+    cursors: cursor::Cursors,
     /// Scheduler accounting summed over the queries of the running statement
     /// (a statement may run scalar subqueries first).
     statement_stats: RefCell<Option<QueryStats>>,
@@ -678,10 +685,10 @@ impl Session {
         }
     }
 
-    fn to_logical(&self, stmt: DFStatement) -> Result<LogicalPlan> {
+    fn to_logical(&self, mut stmt: DFStatement) -> Result<LogicalPlan> {
+        crate::pg_compat::rewrite(&mut stmt, &|name| self.engine.functions.is_aggregate(name));
         let engine = &self.engine;
-        let viewer = self.viewer();
-        let system = |name: &str| engine.system_view(name, viewer);
+        let system = |name: &str| self.view(name);
         let session_user = self.current_user();
         let ctx = PlannerContext {
             catalog: self.catalog_view(),
@@ -691,6 +698,7 @@ impl Session {
             system: &system,
             session_user: &session_user,
             misses: Default::default(),
+            pg: self.pg_context(),
         };
         let options = ParserOptions::default()
             .with_parse_float_as_decimal(true)

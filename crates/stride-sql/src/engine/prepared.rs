@@ -54,6 +54,8 @@ enum PreparedKind {
     DiscardAll,
     /// `CREATE` / `ALTER` / `DROP ROLE`, `GRANT`, `REVOKE`.
     Role(crate::roles::RoleStatement),
+    /// `DECLARE` (with its query's plan), `FETCH`, `CLOSE`.
+    Cursor(super::cursor::CursorStatement, Option<LogicalPlan>),
 }
 
 impl Prepared {
@@ -118,6 +120,13 @@ impl Session {
                     .map(|i| i.value.to_lowercase())
                     .collect::<Vec<_>>()
                     .join(".");
+                // `SHOW TRANSACTION ISOLATION LEVEL` is PostgreSQL's
+                // spelling of `SHOW transaction_isolation`.
+                let name = if name == "transaction.isolation.level" {
+                    "transaction_isolation".to_string()
+                } else {
+                    name
+                };
                 let schema = show_schema(&name);
                 return Ok(Prepared {
                     kind: PreparedKind::Show(name),
@@ -177,6 +186,35 @@ impl Session {
                     kind,
                     param_types: Vec::new(),
                     schema: None,
+                    sql,
+                });
+            }
+            if let Some(cursor) = super::cursor::parse(s) {
+                let (statement, query) = cursor?;
+                let (plan, param_types, schema) = match (&statement, query) {
+                    (_, Some(query)) => {
+                        let plan = self.to_logical(DFStatement::Statement(Box::new(query)))?;
+                        let plan = crate::integers::widen_integer_sums(plan)?;
+                        let mut types = plan.get_parameter_types()?;
+                        let count = types
+                            .keys()
+                            .filter_map(|k| k.strip_prefix('$')?.parse::<usize>().ok())
+                            .max()
+                            .unwrap_or(0);
+                        let param_types = (1..=count)
+                            .map(|i| types.remove(&format!("${i}")).flatten())
+                            .collect();
+                        (Some(plan), param_types, None)
+                    }
+                    (super::cursor::CursorStatement::Fetch { name, .. }, None) => {
+                        (None, Vec::new(), self.cursor_schema(name))
+                    }
+                    _ => (None, Vec::new(), None),
+                };
+                return Ok(Prepared {
+                    kind: PreparedKind::Cursor(statement, plan),
+                    param_types,
+                    schema,
                     sql,
                 });
             }
@@ -277,7 +315,11 @@ impl Session {
         match &prepared.kind {
             PreparedKind::Empty => Ok(command("")),
             PreparedKind::Show(name) => self.show(name),
-            PreparedKind::Transaction(op) => self.transaction_control(*op),
+            PreparedKind::Transaction(op) => {
+                let out = self.transaction_control(*op);
+                self.end_transaction_cursors();
+                out
+            }
             PreparedKind::Checkpoint => {
                 self.engine.roles.require_superuser(self.role, || {
                     "permission denied to run CHECKPOINT: only superusers may".into()
@@ -286,6 +328,36 @@ impl Session {
                     s.engine.checkpoint()?;
                     Ok(command("CHECKPOINT"))
                 })
+            }
+            PreparedKind::Cursor(statement, plan) => {
+                use super::cursor::CursorStatement;
+                match (statement, plan) {
+                    (CursorStatement::Declare { name, hold }, Some(plan)) => {
+                        self.check_declare(*hold)?;
+                        let plan = self.rebind(plan.clone())?;
+                        let plan = if params.is_empty() {
+                            plan
+                        } else {
+                            plan.with_param_values(params)?
+                        };
+                        self.authorize(&plan)?;
+                        let output = match self.dispatch(plan, &prepared.sql)? {
+                            StatementOutput::Query(q) => q,
+                            _ => {
+                                return Err(SqlError::plan(
+                                    PlanKind::Other,
+                                    "DECLARE CURSOR needs a query",
+                                ))
+                            }
+                        };
+                        self.declare_cursor(name, *hold, output)
+                    }
+                    (CursorStatement::Fetch { name, count }, _) => self.fetch(name, *count),
+                    (CursorStatement::Close(name), _) => self.close_cursor(name.as_deref()),
+                    (CursorStatement::Declare { .. }, None) => {
+                        Err(SqlError::Internal("DECLARE without its query".into()))
+                    }
+                }
             }
             PreparedKind::Deallocate(name) => Ok(StatementOutput::Deallocate {
                 name: name.clone(),
@@ -299,6 +371,7 @@ impl Session {
                     ));
                 }
                 self.settings = SessionSettings::default();
+                self.cursors.clear();
                 Ok(StatementOutput::Deallocate {
                     name: None,
                     tag: "DISCARD ALL".into(),
@@ -341,8 +414,6 @@ impl Session {
     /// current snapshots of the tables they name, and system views to fresh
     /// ones.
     fn rebind(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
-        let engine = &self.engine;
-        let viewer = self.viewer();
         let current = |origin: &SourceOrigin| -> Result<Arc<Table>> {
             match origin {
                 SourceOrigin::Catalog { schema, table } => {
@@ -353,15 +424,12 @@ impl Session {
                         )
                     })
                 }
-                SourceOrigin::System { view } => engine
-                    .system_view(view, viewer)?
-                    .map(Arc::new)
-                    .ok_or_else(|| {
-                        SqlError::undefined(
-                            UndefinedKind::Table,
-                            format!("relation \"stride.{view}\" does not exist"),
-                        )
-                    }),
+                SourceOrigin::System { view } => self.view(view)?.map(Arc::new).ok_or_else(|| {
+                    SqlError::undefined(
+                        UndefinedKind::Table,
+                        format!("relation \"stride.{view}\" does not exist"),
+                    )
+                }),
             }
         };
         plan.transform_up_with_subqueries(|node| {

@@ -126,16 +126,31 @@ impl Session {
         })
     }
 
-    /// Replaces every uncorrelated scalar subquery by its value.
+    /// Replaces every uncorrelated scalar subquery by its value, and every
+    /// correlated one DataFusion could not decorrelate by its values for
+    /// the distinct outer values (`crate::engine::apply`), where those are
+    /// few.
     fn substitute_subqueries(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         let result = plan.transform_up(|node| {
+            let input = match &node {
+                LogicalPlan::Projection(_) | LogicalPlan::Filter(_) => {
+                    node.inputs().first().map(|i| (*i).clone())
+                }
+                _ => None,
+            };
             node.map_expressions(|e| {
                 e.transform_up(|e| match e {
                     Expr::ScalarSubquery(sq) => {
                         if !sq.outer_ref_columns.is_empty() {
-                            return Err(external(SqlError::Unsupported(
-                                "correlated scalar subquery".into(),
-                            )));
+                            let Some(input) = &input else {
+                                return Err(external(SqlError::Unsupported(
+                                    "correlated scalar subquery".into(),
+                                )));
+                            };
+                            return self
+                                .apply_correlated(&sq, input)
+                                .map(Transformed::yes)
+                                .map_err(external);
                         }
                         let value = self.scalar_value(&sq.subquery).map_err(external)?;
                         Ok(Transformed::yes(Expr::Literal(value, None)))
@@ -153,7 +168,7 @@ impl Session {
         result.map(|t| t.data).map_err(SqlError::from)
     }
 
-    fn scalar_value(&self, subquery: &LogicalPlan) -> Result<ScalarValue> {
+    pub(super) fn scalar_value(&self, subquery: &LogicalPlan) -> Result<ScalarValue> {
         let plan = self.optimize(subquery.clone())?;
         let out = self.run_query(&plan)?;
         let field =

@@ -1,0 +1,98 @@
+//! The relations and functions of `pg_catalog` and `information_schema`
+//! as one session sees them (see `crate::pg_catalog`): views are built
+//! from the live catalog when a statement names them; the functions hold a
+//! [`PgContext`] and read the live catalog when they are evaluated.
+
+use std::sync::Arc;
+
+use stride_storage::Table;
+
+use super::{Engine, Session};
+use crate::error::Result;
+use crate::pg_catalog::{self, CatalogState};
+use crate::roles::RoleId;
+
+/// What the catalog functions of one statement read: the engine, the
+/// session's search path and role.
+pub struct PgContext {
+    pub(crate) engine: Arc<Engine>,
+    pub search_path: String,
+    pub role: RoleId,
+}
+
+impl std::fmt::Debug for PgContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PgContext({}, role {})", self.search_path, self.role)
+    }
+}
+
+impl PgContext {
+    /// The engine's catalog and roles now.
+    pub fn state(&self) -> CatalogState<'_> {
+        state(&self.engine, &self.search_path, self.role, Vec::new())
+    }
+}
+
+fn state<'a>(
+    engine: &'a Engine,
+    search_path: &'a str,
+    role: RoleId,
+    settings: Vec<(String, String)>,
+) -> CatalogState<'a> {
+    let mut functions: Vec<(String, &'static str)> = engine
+        .functions
+        .scalar_names()
+        .into_iter()
+        .map(|n| (n, "f"))
+        .chain(
+            crate::pg_functions::NAMES
+                .iter()
+                .map(|n| (n.to_string(), "f")),
+        )
+        .chain(
+            engine
+                .functions
+                .aggregate_names()
+                .into_iter()
+                .map(|n| (n, "a")),
+        )
+        .collect();
+    functions.sort();
+    functions.dedup_by(|a, b| a.0 == b.0);
+    CatalogState {
+        catalog: &engine.catalog,
+        roles: &engine.roles,
+        role,
+        search_path,
+        settings,
+        functions,
+    }
+}
+
+impl Session {
+    /// The context the catalog functions of this session's next statement
+    /// read.
+    pub(crate) fn pg_context(&self) -> Arc<PgContext> {
+        Arc::new(PgContext {
+            engine: self.engine.clone(),
+            search_path: self.default_schema.clone(),
+            role: self.role,
+        })
+    }
+
+    /// The view a statement names: `pg_catalog.<name>` and
+    /// `information_schema.<name>` built from the live catalog, other
+    /// names as the system views of schema `stride`.
+    pub(super) fn view(&self, name: &str) -> Result<Option<Table>> {
+        if let Some((schema, view)) = name.split_once('.') {
+            if pg_catalog::is_catalog_schema(schema) {
+                let mut settings = self.settings.all();
+                settings.push(("search_path".into(), self.default_schema.clone()));
+                settings.sort();
+                return state(&self.engine, &self.default_schema, self.role, settings)
+                    .view(schema, view);
+            }
+        }
+        self.engine.system_view(name, self.viewer())
+    }
+}

@@ -1,0 +1,689 @@
+//! PostgreSQL syntax that clients send in their catalog queries, rewritten
+//! on the parsed statement into what DataFusion's planner binds:
+//!
+//! | PostgreSQL                          | becomes                              |
+//! |-------------------------------------|--------------------------------------|
+//! | `a OPERATOR(pg_catalog.~) b`        | `a ~ b` (any built-in operator)      |
+//! | `x COLLATE "default"` / `"C"` / `pg_catalog.default` | `x` (Stride compares strings bytewise: the C collation) |
+//! | `x::regclass`, `::regtype`, `::regnamespace`, `::regproc` | `regclass(x)` … (`crate::pg_functions`) |
+//! | `x::regclass::text`                 | `regclassout(x)` (the name)          |
+//! | `x::oid`, `::xid`                   | `CAST(x AS BIGINT)` (OIDs are int8)  |
+//! | `x::name`, `::"char"`, `::pg_catalog.text`, `::int2[]` | `CAST(x AS TEXT)` (the catalogs' arrays are text) |
+//! | `x = ANY(ARRAY[a, b])`, `x <> ALL(ARRAY[..])` | `x IN (a, b)`, `x NOT IN (..)` |
+//! | `a[i]` on an array                  | `array_element(a, i)`                |
+//! | `pg_catalog.f(...)`                 | `f(...)`                             |
+//!
+//! Other collations and operators are left alone, so the planner refuses
+//! them as before.
+
+use std::ops::ControlFlow;
+
+use datafusion_sql::parser::Statement as DFStatement;
+use datafusion_sql::sqlparser::ast::helpers::attached_token::AttachedToken;
+use datafusion_sql::sqlparser::ast::CaseWhen;
+use datafusion_sql::sqlparser::ast::{
+    AccessExpr, BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, Subscript,
+};
+
+/// Rewrites `stmt` in place; `is_aggregate` tells aggregate functions.
+pub fn rewrite(stmt: &mut DFStatement, is_aggregate: &dyn Fn(&str) -> bool) {
+    if let DFStatement::Statement(s) = stmt {
+        use datafusion_sql::sqlparser::ast::VisitMut;
+        let _ = s.as_mut().visit(&mut DistinctNames);
+        let _ = datafusion_sql::sqlparser::ast::visit_expressions_mut(s.as_mut(), |e| {
+            rewrite_expr(e);
+            if let Expr::Subquery(q) = e {
+                if let Some(condition) = single_value(q, is_aggregate) {
+                    let subquery = std::mem::replace(
+                        e,
+                        Expr::value(datafusion_sql::sqlparser::ast::Value::Null),
+                    );
+                    *e = Expr::Case {
+                        case_token: AttachedToken::empty(),
+                        end_token: AttachedToken::empty(),
+                        operand: None,
+                        conditions: vec![CaseWhen {
+                            condition,
+                            result: subquery,
+                        }],
+                        else_result: None,
+                    };
+                }
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    }
+}
+
+/// A correlated scalar subquery that aggregates nothing (`(SELECT
+/// c.collname FROM pg_collation c WHERE c.oid = a.attcollation)`):
+/// PostgreSQL gives its one row's value, NULL for none and fails for more.
+/// DataFusion decorrelates only aggregating subqueries, so the output is
+/// wrapped in `single_value`, the aggregate that means exactly that.
+///
+/// Returns the conjuncts of the subquery's WHERE clause that read only the
+/// outer query's columns, which DataFusion cannot decorrelate: the caller
+/// makes them the condition of a CASE around the subquery (NULL when they
+/// do not hold, as the subquery gives).
+fn single_value(
+    q: &mut datafusion_sql::sqlparser::ast::Query,
+    is_aggregate: &dyn Fn(&str) -> bool,
+) -> Option<Expr> {
+    use datafusion_sql::sqlparser::ast::{GroupByExpr, SelectItem, SetExpr, TableFactor};
+    if q.with.is_some() || q.order_by.is_some() || q.limit_clause.is_some() || q.fetch.is_some() {
+        return None;
+    }
+    let SetExpr::Select(select) = q.body.as_mut() else {
+        return None;
+    };
+    let grouped = match &select.group_by {
+        GroupByExpr::All(_) => true,
+        GroupByExpr::Expressions(exprs, _) => !exprs.is_empty(),
+    };
+    if grouped
+        || select.having.is_some()
+        || select.distinct.is_some()
+        || select.projection.len() != 1
+    {
+        return None;
+    }
+    // Relations (names and aliases) the subquery's own FROM brings.
+    let mut own: Vec<String> = Vec::new();
+    for t in &select.from {
+        for factor in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
+            match factor {
+                TableFactor::Table { name, alias, .. } => {
+                    if let Some(last) = name_parts(name).pop() {
+                        own.push(last);
+                    }
+                    own.push(name_parts(name).join("."));
+                    if let Some(a) = alias {
+                        own.push(a.name.value.to_lowercase());
+                    }
+                }
+                TableFactor::Derived { alias: Some(a), .. }
+                | TableFactor::Function { alias: Some(a), .. } => {
+                    own.push(a.name.value.to_lowercase())
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut correlated = false;
+    let mut aggregates = false;
+    let _ = datafusion_sql::sqlparser::ast::visit_expressions(select.as_ref(), |e| {
+        match e {
+            Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+                let qualifier: Vec<String> = parts[..parts.len() - 1]
+                    .iter()
+                    .map(|p| p.value.to_lowercase())
+                    .collect();
+                let last = qualifier.last().cloned().unwrap_or_default();
+                if !own.contains(&last) && !own.contains(&qualifier.join(".")) {
+                    correlated = true;
+                }
+            }
+            Expr::Function(f) => {
+                if let Some(n) = name_parts(&f.name).last() {
+                    aggregates |= is_aggregate(n);
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    if !correlated || aggregates {
+        return None;
+    }
+    // Conjuncts of the WHERE clause that read only the outer query's
+    // columns (`AND a.atthasdef`): for the caller's CASE.
+    let mut outer_only = Vec::new();
+    if let Some(selection) = select.selection.take() {
+        let mut kept = Vec::new();
+        let mut all = conjuncts(selection);
+        // `inner = outer` makes the outer expression the inner one in the
+        // other conjuncts (both are equal and not NULL where the conjunct
+        // holds), so that `outer <> inner2` becomes `inner <> inner2`,
+        // which DataFusion can decorrelate.
+        let mut equal: Vec<(Expr, Expr)> = Vec::new();
+        for c in &all {
+            if let Expr::BinaryOp {
+                left,
+                op: BinaryOperator::Eq,
+                right,
+            } = c
+            {
+                let (l, r) = (left.as_ref(), right.as_ref());
+                if reads_only_outer(l, &own) && reads_only_inner(r, &own) {
+                    equal.push((l.clone(), r.clone()));
+                } else if reads_only_outer(r, &own) && reads_only_inner(l, &own) {
+                    equal.push((r.clone(), l.clone()));
+                }
+            }
+        }
+        for c in all.iter_mut() {
+            let is_link = matches!(c, Expr::BinaryOp { left, op: BinaryOperator::Eq, right }
+                if equal.iter().any(|(o, i)| (left.as_ref() == o && right.as_ref() == i)
+                    || (left.as_ref() == i && right.as_ref() == o)));
+            if is_link || reads_only_outer(c, &own) {
+                continue;
+            }
+            let _ = datafusion_sql::sqlparser::ast::visit_expressions_mut(c, |x| {
+                if let Some((_, inner)) = equal.iter().find(|(outer, _)| x == outer) {
+                    *x = inner.clone();
+                }
+                ControlFlow::<()>::Continue(())
+            });
+        }
+        for c in all {
+            if reads_only_outer(&c, &own) {
+                outer_only.push(c);
+            } else {
+                kept.push(c);
+            }
+        }
+        select.selection = and_all(kept);
+    }
+    match &mut select.projection[0] {
+        SelectItem::UnnamedExpr(e) => {
+            let inner =
+                std::mem::replace(e, Expr::value(datafusion_sql::sqlparser::ast::Value::Null));
+            *e = call(crate::pg_functions::SINGLE_VALUE, vec![inner]);
+        }
+        SelectItem::ExprWithAlias { expr, .. } => {
+            let inner = std::mem::replace(
+                expr,
+                Expr::value(datafusion_sql::sqlparser::ast::Value::Null),
+            );
+            *expr = call(crate::pg_functions::SINGLE_VALUE, vec![inner]);
+        }
+        _ => {}
+    }
+    and_all(outer_only)
+}
+
+/// PostgreSQL lets a query's output columns share a name (`SELECT NULL,
+/// NULL`); DataFusion does not. A later unnamed column whose text repeats
+/// an earlier one's is named `?column?` (PostgreSQL's name for it), made
+/// unique with a number.
+struct DistinctNames;
+
+impl datafusion_sql::sqlparser::ast::VisitorMut for DistinctNames {
+    type Break = ();
+
+    fn post_visit_query(
+        &mut self,
+        q: &mut datafusion_sql::sqlparser::ast::Query,
+    ) -> ControlFlow<()> {
+        distinct_names(q.body.as_mut());
+        ControlFlow::Continue(())
+    }
+}
+
+fn distinct_names(body: &mut datafusion_sql::sqlparser::ast::SetExpr) {
+    use datafusion_sql::sqlparser::ast::{SelectItem, SetExpr};
+    match body {
+        SetExpr::Select(select) => {
+            let mut seen: Vec<String> = Vec::new();
+            let mut n = 0;
+            for item in select.projection.iter_mut() {
+                match item {
+                    SelectItem::UnnamedExpr(e) => {
+                        let text = e.to_string();
+                        if seen.contains(&text) {
+                            n += 1;
+                            let alias = if n == 1 {
+                                "?column?".to_string()
+                            } else {
+                                format!("?column?{n}")
+                            };
+                            seen.push(alias.clone());
+                            let expr = e.clone();
+                            *item = SelectItem::ExprWithAlias {
+                                expr,
+                                alias: Ident::with_quote('"', alias),
+                            };
+                        } else {
+                            seen.push(text);
+                        }
+                    }
+                    SelectItem::ExprWithAlias { alias, .. } => seen.push(alias.value.clone()),
+                    _ => {}
+                }
+            }
+        }
+        SetExpr::SetOperation { left, right, .. } => {
+            distinct_names(left);
+            distinct_names(right);
+        }
+        _ => {}
+    }
+}
+
+fn name_parts(name: &ObjectName) -> Vec<String> {
+    name.0
+        .iter()
+        .map(|p| match p {
+            ObjectNamePart::Identifier(i) if i.quote_style.is_some() => i.value.clone(),
+            ObjectNamePart::Identifier(i) => i.value.to_lowercase(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+/// `[pg_catalog.]name` → `name`.
+fn unqualified(parts: &[String]) -> Option<&str> {
+    match parts {
+        [name] => Some(name),
+        [schema, name] if schema == "pg_catalog" => Some(name),
+        _ => None,
+    }
+}
+
+fn call(name: &str, args: Vec<Expr>) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new(name)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+/// What a cast to `data_type` becomes.
+enum CastTarget {
+    /// A `reg*` type: this conversion function.
+    Reg(&'static str),
+    /// A plain type the planner knows.
+    Plain(DataType),
+    /// Text: also the name of a `reg*` value.
+    Text,
+    Keep,
+}
+
+fn cast_target(data_type: &DataType) -> CastTarget {
+    let parts = match data_type {
+        DataType::Regclass => return CastTarget::Reg("regclass"),
+        DataType::Text => return CastTarget::Text,
+        // Arrays of the catalogs are in PostgreSQL's text form.
+        DataType::Array(datafusion_sql::sqlparser::ast::ArrayElemTypeDef::SquareBracket(_, _)) => {
+            return CastTarget::Text
+        }
+        DataType::Custom(name, modifiers) if modifiers.is_empty() => name_parts(name),
+        _ => return CastTarget::Keep,
+    };
+    let Some(name) = unqualified(&parts) else {
+        return CastTarget::Keep;
+    };
+    match name {
+        "regclass" => CastTarget::Reg("regclass"),
+        "regtype" => CastTarget::Reg("regtype"),
+        "regnamespace" => CastTarget::Reg("regnamespace"),
+        "regproc" | "regprocedure" => CastTarget::Reg("regproc"),
+        "oid" | "xid" | "int8" => CastTarget::Plain(DataType::BigInt(None)),
+        "int4" => CastTarget::Plain(DataType::Int(None)),
+        "int2" => CastTarget::Plain(DataType::SmallInt(None)),
+        "bool" => CastTarget::Plain(DataType::Boolean),
+        "float8" => CastTarget::Plain(DataType::DoublePrecision),
+        "float4" => CastTarget::Plain(DataType::Real),
+        "name" | "char" | "text" | "varchar" | "pg_node_tree" => CastTarget::Text,
+        _ => CastTarget::Keep,
+    }
+}
+
+/// The `reg*` conversion a rewritten cast called, if `expr` is one.
+fn reg_call(expr: &Expr) -> Option<&'static str> {
+    let Expr::Function(f) = expr else {
+        return None;
+    };
+    match name_parts(&f.name).as_slice() {
+        [n] => ["regclass", "regtype", "regnamespace", "regproc"]
+            .into_iter()
+            .find(|r| r == n),
+        _ => None,
+    }
+}
+
+fn rewrite_expr(e: &mut Expr) {
+    match e {
+        Expr::BinaryOp { op, .. } => {
+            if let BinaryOperator::PGCustomBinaryOperator(parts) = op {
+                let parts: Vec<String> = parts.iter().map(|p| p.to_lowercase()).collect();
+                let builtin = match unqualified(&parts) {
+                    Some("~") => Some(BinaryOperator::PGRegexMatch),
+                    Some("~*") => Some(BinaryOperator::PGRegexIMatch),
+                    Some("!~") => Some(BinaryOperator::PGRegexNotMatch),
+                    Some("!~*") => Some(BinaryOperator::PGRegexNotIMatch),
+                    Some("~~") => Some(BinaryOperator::PGLikeMatch),
+                    Some("!~~") => Some(BinaryOperator::PGNotLikeMatch),
+                    Some("=") => Some(BinaryOperator::Eq),
+                    Some("<>") | Some("!=") => Some(BinaryOperator::NotEq),
+                    Some("<") => Some(BinaryOperator::Lt),
+                    Some("<=") => Some(BinaryOperator::LtEq),
+                    Some(">") => Some(BinaryOperator::Gt),
+                    Some(">=") => Some(BinaryOperator::GtEq),
+                    Some("+") => Some(BinaryOperator::Plus),
+                    Some("-") => Some(BinaryOperator::Minus),
+                    Some("*") => Some(BinaryOperator::Multiply),
+                    Some("/") => Some(BinaryOperator::Divide),
+                    Some("||") => Some(BinaryOperator::StringConcat),
+                    _ => None,
+                };
+                if let Some(b) = builtin {
+                    *op = b;
+                }
+            }
+        }
+        Expr::Collate { expr, collation } => {
+            let parts = name_parts(collation);
+            let bytewise = matches!(
+                unqualified(&parts),
+                Some("default") | Some("C") | Some("POSIX") | Some("c") | Some("posix")
+            );
+            if bytewise {
+                *e = std::mem::replace(
+                    expr.as_mut(),
+                    Expr::value(datafusion_sql::sqlparser::ast::Value::Null),
+                );
+            }
+        }
+        Expr::Cast {
+            expr, data_type, ..
+        } => match cast_target(data_type) {
+            CastTarget::Reg(f) => {
+                let inner = std::mem::replace(
+                    expr.as_mut(),
+                    Expr::value(datafusion_sql::sqlparser::ast::Value::Null),
+                );
+                *e = call(f, vec![inner]);
+            }
+            CastTarget::Text => {
+                if let Some(reg) = reg_call(expr) {
+                    if let Expr::Function(f) = expr.as_mut() {
+                        f.name = ObjectName::from(vec![Ident::new(format!("{reg}out"))]);
+                    }
+                    *e = std::mem::replace(
+                        expr.as_mut(),
+                        Expr::value(datafusion_sql::sqlparser::ast::Value::Null),
+                    );
+                } else if !matches!(data_type, DataType::Text) {
+                    *data_type = DataType::Text;
+                }
+            }
+            CastTarget::Plain(t) => *data_type = t,
+            CastTarget::Keep => {}
+        },
+        Expr::AnyOp {
+            left,
+            compare_op: BinaryOperator::Eq,
+            right,
+            ..
+        } => {
+            if let Some(list) = array_items(right) {
+                *e = Expr::InList {
+                    expr: left.clone(),
+                    list,
+                    negated: false,
+                };
+            } else if !matches!(right.as_ref(), Expr::Subquery(_)) {
+                let (array, value) = (right.as_ref().clone(), left.as_ref().clone());
+                *e = call("array_any_eq", vec![array, value]);
+            }
+        }
+        Expr::AllOp {
+            left,
+            compare_op: BinaryOperator::NotEq,
+            right,
+        } => {
+            if let Some(list) = array_items(right) {
+                *e = Expr::InList {
+                    expr: left.clone(),
+                    list,
+                    negated: true,
+                };
+            }
+        }
+        Expr::CompoundFieldAccess { root, access_chain } => {
+            if let [AccessExpr::Subscript(Subscript::Index { index })] = access_chain.as_slice() {
+                let root = std::mem::replace(
+                    root.as_mut(),
+                    Expr::value(datafusion_sql::sqlparser::ast::Value::Null),
+                );
+                *e = call("array_element", vec![root, index.clone()]);
+            }
+        }
+        Expr::Function(f) if is_array_constructor(f) => {
+            if let FunctionArguments::Subquery(q) = &f.args {
+                if let Some(q) = array_subquery(q) {
+                    *e = Expr::Subquery(Box::new(q));
+                }
+            }
+        }
+        Expr::Function(f) => {
+            let parts = name_parts(&f.name);
+            if let [schema, name] = parts.as_slice() {
+                if schema == "pg_catalog" {
+                    f.name = ObjectName::from(vec![Ident::new(name.clone())]);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn conjuncts(e: Expr) -> Vec<Expr> {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            let mut out = conjuncts(*left);
+            out.extend(conjuncts(*right));
+            out
+        }
+        Expr::Nested(inner)
+            if matches!(
+                inner.as_ref(),
+                Expr::BinaryOp {
+                    op: BinaryOperator::And,
+                    ..
+                }
+            ) =>
+        {
+            conjuncts(*inner)
+        }
+        other => vec![other],
+    }
+}
+
+fn and_all(parts: Vec<Expr>) -> Option<Expr> {
+    parts.into_iter().reduce(|a, b| Expr::BinaryOp {
+        left: Box::new(a),
+        op: BinaryOperator::And,
+        right: Box::new(b),
+    })
+}
+
+/// Whether `e` names columns, all of them qualified by relations in
+/// `own`, and holds no subquery.
+fn reads_only_inner(e: &Expr, own: &[String]) -> bool {
+    let mut columns = 0;
+    let mut outer = false;
+    let _ = datafusion_sql::sqlparser::ast::visit_expressions(e, |x| {
+        match x {
+            Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+                columns += 1;
+                let qualifier: Vec<String> = parts[..parts.len() - 1]
+                    .iter()
+                    .map(|p| p.value.to_lowercase())
+                    .collect();
+                let last = qualifier.last().cloned().unwrap_or_default();
+                outer |= !own.contains(&last) && !own.contains(&qualifier.join("."));
+            }
+            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => outer = true,
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    columns > 0 && !outer
+}
+
+/// Whether `e` names columns, all of them qualified by relations not in
+/// `own`, and holds no subquery.
+fn reads_only_outer(e: &Expr, own: &[String]) -> bool {
+    let mut columns = 0;
+    let mut inner = false;
+    let _ = datafusion_sql::sqlparser::ast::visit_expressions(e, |x| {
+        match x {
+            Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+                columns += 1;
+                let qualifier: Vec<String> = parts[..parts.len() - 1]
+                    .iter()
+                    .map(|p| p.value.to_lowercase())
+                    .collect();
+                let last = qualifier.last().cloned().unwrap_or_default();
+                inner |= own.contains(&last) || own.contains(&qualifier.join("."));
+            }
+            Expr::Identifier(_)
+            | Expr::Subquery(_)
+            | Expr::Exists { .. }
+            | Expr::InSubquery { .. } => inner = true,
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    columns > 0 && !inner
+}
+
+fn is_array_constructor(f: &Function) -> bool {
+    matches!(name_parts(&f.name).as_slice(), [n] if n == "array")
+}
+
+/// `ARRAY(SELECT x FROM ... ORDER BY k)` as `(SELECT array_agg(x ORDER BY
+/// k) FROM ...)`; `None` where the subquery is not one plain SELECT of
+/// one column.
+fn array_subquery(
+    q: &datafusion_sql::sqlparser::ast::Query,
+) -> Option<datafusion_sql::sqlparser::ast::Query> {
+    use datafusion_sql::sqlparser::ast::{
+        FunctionArgumentClause, OrderByKind, SelectItem, SetExpr, Value,
+    };
+    let mut q = q.clone();
+    if q.limit_clause.is_some() || q.fetch.is_some() || q.with.is_some() {
+        return None;
+    }
+    let order = q.order_by.take();
+    let SetExpr::Select(select) = q.body.as_mut() else {
+        return None;
+    };
+    if select.projection.len() != 1 {
+        return None;
+    }
+    let item = match &select.projection[0] {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e.clone(),
+        _ => return None,
+    };
+    let mut clauses = Vec::new();
+    if let Some(order) = order {
+        let OrderByKind::Expressions(mut exprs) = order.kind else {
+            return None;
+        };
+        for o in exprs.iter_mut() {
+            // `ORDER BY 1`: the one output column.
+            if let Expr::Value(v) = &o.expr {
+                if matches!(&v.value, Value::Number(n, _) if n == "1") {
+                    o.expr = item.clone();
+                }
+            }
+        }
+        clauses.push(FunctionArgumentClause::OrderBy(exprs));
+    }
+    let Expr::Function(mut agg) = call("array_agg", vec![item]) else {
+        return None;
+    };
+    if let FunctionArguments::List(list) = &mut agg.args {
+        list.clauses = clauses;
+    }
+    select.projection = vec![SelectItem::UnnamedExpr(Expr::Function(agg))];
+    Some(q)
+}
+
+/// The elements of an `ARRAY[...]` literal (possibly parenthesized).
+fn array_items(e: &Expr) -> Option<Vec<Expr>> {
+    match e {
+        Expr::Array(a) if !a.elem.is_empty() => Some(a.elem.clone()),
+        Expr::Nested(inner) => array_items(inner),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewritten(sql: &str) -> String {
+        let mut stmts = crate::limits::parse(sql).unwrap();
+        let mut s = stmts.pop_front().unwrap();
+        rewrite(&mut s, &|n| n == "max" || n == "array_agg");
+        s.to_string()
+    }
+
+    #[test]
+    fn psql_syntax_becomes_plain_sql() {
+        assert_eq!(
+            rewritten("SELECT 1 FROM t WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default"),
+            "SELECT 1 FROM t WHERE c.relname ~ '^(t)$'"
+        );
+        assert_eq!(
+            rewritten(
+                "SELECT 'pg_class'::regclass, c.oid::pg_catalog.regclass::pg_catalog.text, x::oid"
+            ),
+            "SELECT regclass('pg_class'), regclassout(c.oid), x::BIGINT"
+        );
+        assert_eq!(
+            rewritten("SELECT pg_catalog.version() WHERE k = ANY (ARRAY['r', 'p'])"),
+            "SELECT version() WHERE k IN ('r', 'p')"
+        );
+        assert_eq!(
+            rewritten("SELECT (current_schemas(true))[1]"),
+            "SELECT array_element((current_schemas(true)), 1)"
+        );
+        assert_eq!(
+            rewritten("SELECT (SELECT c.collname FROM pg_collation c WHERE c.oid = a.attcollation) FROM pg_attribute a"),
+            "SELECT (SELECT single_value(c.collname) FROM pg_collation c WHERE c.oid = a.attcollation) FROM pg_attribute a"
+        );
+        assert_eq!(
+            rewritten("SELECT (SELECT c.n FROM c, t WHERE c.oid = a.x AND t.oid = a.y AND a.x <> t.z AND a.h) FROM a"),
+            "SELECT CASE WHEN a.h THEN (SELECT single_value(c.n) FROM c, t WHERE c.oid = a.x AND t.oid = a.y AND c.oid <> t.z) END FROM a"
+        );
+        // Uncorrelated or aggregating subqueries stay as they are.
+        assert_eq!(
+            rewritten(
+                "SELECT (SELECT max(c.x) FROM c WHERE c.y = a.y), (SELECT c.x FROM c) FROM a"
+            ),
+            "SELECT (SELECT max(c.x) FROM c WHERE c.y = a.y), (SELECT c.x FROM c) FROM a"
+        );
+        assert_eq!(
+            rewritten("SELECT array(select rolname from pg_roles where oid = any (pol.polroles) order by 1) FROM pol"),
+            "SELECT (SELECT array_agg(rolname ORDER BY rolname) FROM pg_roles WHERE array_any_eq(pol.polroles, oid)) FROM pol"
+        );
+        assert_eq!(
+            rewritten("SELECT a, NULL, NULL FROM t"),
+            "SELECT a, NULL, NULL AS \"?column?\" FROM t"
+        );
+        // Other collations stay, and the planner refuses them.
+        assert!(rewritten("SELECT a COLLATE \"de_DE\" FROM t").contains("COLLATE"));
+    }
+}
