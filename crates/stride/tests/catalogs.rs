@@ -64,7 +64,7 @@ fn program(name: &str) -> String {
 fn psql_meta_commands_list_the_live_catalog() {
     psql(&[
         "create schema psql_meta",
-        "create table psql_meta.animals (id int not null, name varchar(20))",
+        "create table psql_meta.animals (id int not null, name varchar)",
         "create table public.psql_plants (id int)",
     ]);
     let dt = psql(&["\\dt"]);
@@ -119,7 +119,7 @@ fn sqlalchemy_connects_reflects_and_queries() {
         lines,
         [
             "version 16.0",
-            "isolation READ COMMITTED",
+            "isolation REPEATABLE READ",
             "tables orders",
             "column id INTEGER not null",
             "column note TEXT null",

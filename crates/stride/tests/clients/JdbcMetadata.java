@@ -34,7 +34,7 @@ public class JdbcMetadata {
         try (Connection c = DriverManager.getConnection(url)) {
             Statement s = c.createStatement();
             s.execute("create schema jdbc_meta");
-            s.execute("create table jdbc_meta.items (id int not null, name varchar(20), price decimal(8,2))");
+            s.execute("create table jdbc_meta.items (id int not null, name varchar, price decimal(8,2))");
             s.execute("insert into jdbc_meta.items values (1, 'pen', 1.50), (2, 'ink', 7.25)");
             DatabaseMetaData md = c.getMetaData();
             probe("product", () -> md.getDatabaseProductName() + " " + md.getDatabaseMajorVersion());

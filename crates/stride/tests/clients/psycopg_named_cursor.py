@@ -12,7 +12,7 @@ import psycopg
 
 host, port = sys.argv[1], sys.argv[2]
 conn = psycopg.connect(f"host={host} port={port} user=stride dbname=stride")
-conn.execute("create table named_cur (id int, v varchar(5))")
+conn.execute("create table named_cur (id int, v varchar)")
 conn.execute("insert into named_cur values (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e')")
 conn.commit()
 with conn.cursor(name="batches") as cur:

@@ -21,7 +21,7 @@ engine = create_engine(
 with engine.connect() as conn:
     conn.execute(text("create schema sa_reflect"))
     conn.execute(
-        text("create table sa_reflect.orders (id int not null, note varchar(30), total decimal(10,2))")
+        text("create table sa_reflect.orders (id int not null, note varchar, total decimal(10,2))")
     )
     conn.execute(text("insert into sa_reflect.orders values (1, 'a', 2.50), (2, 'b', 4.00)"))
     conn.commit()
