@@ -16,6 +16,10 @@ use crate::error::{Result, StorageError};
 /// Source of table incarnation ids; Relaxed: ids only need to be unique.
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Appends merge into a last block while it stays within this many rows
+/// (see [`Table::append`]).
+pub const COALESCE_ROWS: usize = 4096;
+
 #[derive(Debug, Clone)]
 pub struct Table {
     name: String,
@@ -109,12 +113,33 @@ impl Table {
         self.blocks.iter().map(|b| b.get_array_memory_size()).sum()
     }
 
-    /// A new snapshot with `more` appended.
+    /// `blocks` as this table stores them: empty ones dropped, each cast to
+    /// the table's column types (what [`Table::append`] appends).
+    pub fn conform_blocks(&self, blocks: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        blocks
+            .into_iter()
+            .filter(|b| b.num_rows() > 0)
+            .map(|b| conform(&self.schema, b))
+            .collect()
+    }
+
+    /// A new snapshot with `more` appended. Small appends (single-row
+    /// INSERTs) are merged into a last block of fewer than
+    /// [`COALESCE_ROWS`] rows — a copy of at most that many rows — so that
+    /// a table written a row at a time keeps few blocks and an append stays
+    /// cheap however many came before (each snapshot copies the block list).
     pub fn append(&self, more: Vec<RecordBatch>) -> Result<Table> {
         let mut blocks: Vec<RecordBatch> = self.blocks.to_vec();
         for b in more {
-            if b.num_rows() > 0 {
-                blocks.push(conform(&self.schema, b)?);
+            if b.num_rows() == 0 {
+                continue;
+            }
+            let b = conform(&self.schema, b)?;
+            match blocks.last_mut() {
+                Some(last) if last.num_rows() + b.num_rows() <= COALESCE_ROWS => {
+                    *last = arrow::compute::concat_batches(&self.schema, [&*last, &b])?;
+                }
+                _ => blocks.push(b),
             }
         }
         let rows = blocks.iter().map(|b| b.num_rows()).sum();
@@ -187,4 +212,48 @@ fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
         columns.push(column);
     }
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{Field, Schema};
+
+    fn rows(schema: &SchemaRef, from: i64, n: i64) -> RecordBatch {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(from..from + n))],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn row_at_a_time_appends_keep_few_blocks_and_every_row_in_order() {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let mut table = Table::new("t", schema.clone(), vec![rows(&schema, 0, 10)]).unwrap();
+        let id = table.id();
+        for i in 10..10_000 {
+            table = table.append(vec![rows(&schema, i, 1)]).unwrap();
+        }
+        // A large append stays a block of its own.
+        table = table.append(vec![rows(&schema, 10_000, 5_000)]).unwrap();
+        assert_eq!(table.id(), id, "appends keep the incarnation");
+        assert_eq!(table.num_rows(), 15_000);
+        assert_eq!(
+            table.blocks().len(),
+            10_000usize.div_ceil(COALESCE_ROWS) + 1
+        );
+        let all: Vec<i64> = table
+            .blocks()
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_primitive::<arrow::datatypes::Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(all, (0..15_000).collect::<Vec<_>>());
+    }
 }

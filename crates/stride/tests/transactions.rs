@@ -45,6 +45,33 @@ fn exists(s: &mut Session, table: &str) -> bool {
 }
 
 #[test]
+fn single_row_inserts_each_add_their_row_in_and_out_of_blocks() {
+    // Small appends are merged into the table's last block: every insert
+    // must still reach the catalog (and the log) whole.
+    let engine = engine();
+    let mut s = engine.session();
+    run(&mut s, "create table rows1 (id int, v text)");
+    for i in 0..50 {
+        run(&mut s, &format!("insert into rows1 values ({i}, 'r{i}')"));
+    }
+    run(&mut s, "begin");
+    for i in 50..60 {
+        run(&mut s, &format!("insert into rows1 values ({i}, 'r{i}')"));
+    }
+    assert_eq!(count(&mut s, "rows1"), 60, "the block sees its own rows");
+    run(&mut s, "commit");
+    let mut other = engine.session();
+    assert_eq!(count(&mut other, "rows1"), 60);
+    let blocks = engine
+        .catalog()
+        .table("public", "rows1")
+        .unwrap()
+        .blocks()
+        .len();
+    assert_eq!(blocks, 1, "merged into one block");
+}
+
+#[test]
 fn rollback_undoes_every_statement_kind() {
     let e = engine();
     let mut s = e.session();

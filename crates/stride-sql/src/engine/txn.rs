@@ -298,13 +298,17 @@ impl Session {
             CatalogOp::CreateSchema(_) | CatalogOp::DropSchema(_) => None,
         };
         let before = key.as_ref().and_then(|(s, t, _)| view.table(s, t).ok());
-        view.apply(&op)?;
+        // The log and the commit get an append's blocks as the table stores
+        // them (cast to its column types; the table may merge them into its
+        // last block, so they are not read back from it).
         let op = match op {
-            // The log and the commit get the blocks as the table stores
-            // them (cast to its column types).
-            CatalogOp::Append { schema, table, .. } => {
-                let done = before.as_ref().map_or(0, |t| t.blocks().len());
-                let blocks = view.table(&schema, &table)?.blocks()[done..].to_vec();
+            CatalogOp::Append {
+                schema,
+                table,
+                blocks,
+            } => {
+                let target = view.table(&schema, &table)?;
+                let blocks = target.conform_blocks(blocks)?;
                 if blocks.is_empty() {
                     return Ok(());
                 }
@@ -316,6 +320,7 @@ impl Session {
             }
             other => other,
         };
+        view.apply(&op)?;
         if let Some((s, t, rewritten)) = key {
             let entry = txn.touched.entry((s, t)).or_insert(Touched {
                 base: before,
