@@ -516,55 +516,60 @@ fn and_all(parts: Vec<Expr>) -> Option<Expr> {
     })
 }
 
+/// What the columns `e` names refer to, relative to the relations `own`.
+#[derive(Default)]
+struct Reads {
+    /// Qualified column references.
+    columns: usize,
+    /// Some are qualified by a relation in `own`.
+    inner: bool,
+    /// Some are qualified by a relation not in `own`.
+    outer: bool,
+    /// Unqualified names (which side they mean is not known).
+    unqualified: bool,
+    /// A subquery.
+    subquery: bool,
+}
+
+fn reads(e: &Expr, own: &[String]) -> Reads {
+    let mut r = Reads::default();
+    let _ = datafusion_sql::sqlparser::ast::visit_expressions(e, |x| {
+        match x {
+            Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+                r.columns += 1;
+                let qualifier: Vec<String> = parts[..parts.len() - 1]
+                    .iter()
+                    .map(|p| p.value.to_lowercase())
+                    .collect();
+                let last = qualifier.last().cloned().unwrap_or_default();
+                if own.contains(&last) || own.contains(&qualifier.join(".")) {
+                    r.inner = true;
+                } else {
+                    r.outer = true;
+                }
+            }
+            Expr::Identifier(_) => r.unqualified = true,
+            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => r.subquery = true,
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    r
+}
+
 /// Whether `e` names columns, all of them qualified by relations in
 /// `own`, and holds no subquery.
 fn reads_only_inner(e: &Expr, own: &[String]) -> bool {
-    let mut columns = 0;
-    let mut outer = false;
-    let _ = datafusion_sql::sqlparser::ast::visit_expressions(e, |x| {
-        match x {
-            Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
-                columns += 1;
-                let qualifier: Vec<String> = parts[..parts.len() - 1]
-                    .iter()
-                    .map(|p| p.value.to_lowercase())
-                    .collect();
-                let last = qualifier.last().cloned().unwrap_or_default();
-                outer |= !own.contains(&last) && !own.contains(&qualifier.join("."));
-            }
-            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => outer = true,
-            _ => {}
-        }
-        ControlFlow::<()>::Continue(())
-    });
-    columns > 0 && !outer
+    let r = reads(e, own);
+    r.columns > 0 && !r.outer && !r.subquery
 }
 
 /// Whether `e` names columns, all of them qualified by relations not in
-/// `own`, and holds no subquery.
+/// `own`, and holds no subquery (nor an unqualified name, which may be
+/// inner).
 fn reads_only_outer(e: &Expr, own: &[String]) -> bool {
-    let mut columns = 0;
-    let mut inner = false;
-    let _ = datafusion_sql::sqlparser::ast::visit_expressions(e, |x| {
-        match x {
-            Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
-                columns += 1;
-                let qualifier: Vec<String> = parts[..parts.len() - 1]
-                    .iter()
-                    .map(|p| p.value.to_lowercase())
-                    .collect();
-                let last = qualifier.last().cloned().unwrap_or_default();
-                inner |= own.contains(&last) || own.contains(&qualifier.join("."));
-            }
-            Expr::Identifier(_)
-            | Expr::Subquery(_)
-            | Expr::Exists { .. }
-            | Expr::InSubquery { .. } => inner = true,
-            _ => {}
-        }
-        ControlFlow::<()>::Continue(())
-    });
-    columns > 0 && !inner
+    let r = reads(e, own);
+    r.columns > 0 && !r.inner && !r.unqualified && !r.subquery
 }
 
 fn is_array_constructor(f: &Function) -> bool {

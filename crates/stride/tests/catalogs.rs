@@ -25,19 +25,7 @@ fn server() -> SocketAddr {
     })
 }
 
-fn output(mut cmd: Command, what: &str) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run it ({e}); run scripts/setup.sh"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+use common::client::run_program as output;
 
 /// Runs psql commands (`-c` each, unaligned output, stop at the first error).
 fn psql(commands: &[&str]) -> String {

@@ -29,20 +29,11 @@ fn server() -> SocketAddr {
 /// Runs a driver's program against the test server; its standard output.
 fn run(program: &str, args: &[&str], what: &str) -> String {
     let addr = server();
-    let out = Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .arg(addr.ip().to_string())
-        .arg(addr.port().to_string())
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run {program} ({e}); run scripts/setup.sh"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+        .arg(addr.port().to_string());
+    common::client::run_program(cmd, what)
 }
 
 fn program(name: &str) -> String {

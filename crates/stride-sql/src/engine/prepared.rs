@@ -334,13 +334,7 @@ impl Session {
                 match (statement, plan) {
                     (CursorStatement::Declare { name, hold }, Some(plan)) => {
                         self.check_declare(*hold)?;
-                        let plan = self.rebind(plan.clone())?;
-                        let plan = if params.is_empty() {
-                            plan
-                        } else {
-                            plan.with_param_values(params)?
-                        };
-                        self.authorize(&plan)?;
+                        let plan = self.bind_for_execution(plan, params)?;
                         let output = match self.dispatch(plan, &prepared.sql)? {
                             StatementOutput::Query(q) => q,
                             _ => {
@@ -398,16 +392,27 @@ impl Session {
             PreparedKind::Plan(plan) => {
                 // A block reads the catalog as of its first statement.
                 self.take_snapshot();
-                let plan = self.rebind(plan.clone())?;
-                let plan = if params.is_empty() {
-                    plan
-                } else {
-                    plan.with_param_values(params)?
-                };
-                self.authorize(&plan)?;
+                let plan = self.bind_for_execution(plan, params)?;
                 self.dispatch(plan, &prepared.sql)
             }
         }
+    }
+
+    /// A prepared plan ready to run: bound to the current snapshots, its
+    /// parameters filled in, the session's privileges checked.
+    fn bind_for_execution(
+        &self,
+        plan: &LogicalPlan,
+        params: Vec<ScalarValue>,
+    ) -> Result<LogicalPlan> {
+        let plan = self.rebind(plan.clone())?;
+        let plan = if params.is_empty() {
+            plan
+        } else {
+            plan.with_param_values(params)?
+        };
+        self.authorize(&plan)?;
+        Ok(plan)
     }
 
     /// Binds a prepared plan's table scans (subqueries' included) to the

@@ -70,3 +70,21 @@ pub fn serve(
     });
     rx.recv().unwrap()
 }
+
+/// Runs a client program (psql, a driver's test program) to completion and
+/// returns its standard output; panics, with its output, if it fails or
+/// cannot be started.
+#[allow(dead_code)] // not every test file drives client programs
+pub fn run_program(mut cmd: std::process::Command, what: &str) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run it ({e}); run scripts/setup.sh"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
