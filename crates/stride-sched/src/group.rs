@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::decision::EntryView;
 use crate::morsel::MorselState;
 use crate::pins::Finalizable;
 use crate::policy::GroupFacts;
@@ -243,7 +244,7 @@ pub(crate) struct ResourceGroup {
     /// The scheduler's cancel epoch: bumped (Release) by
     /// [`QueryHandle::cancel`] after setting `cancelled`; workers load it
     /// (Acquire) per decision and rescan their active groups' flags when it
-    /// moved ([`crate::local`]).
+    /// moved ([`crate::decision`]).
     pub(crate) cancel_epoch: Arc<AtomicU64>,
     /// Some task or finalization failed (`error` holds the first error). Set
     /// (Relaxed) after `error` was written; a hint for pickers.
@@ -430,6 +431,20 @@ impl TaskSetEntry {
             morsels: MorselState::default(),
             slot,
             arrival,
+        }
+    }
+}
+
+impl TaskSetEntry {
+    /// What the decision core reads of this entry.
+    pub(crate) fn view(&self) -> EntryView<'_> {
+        EntryView {
+            group: self.group.id,
+            stage: self.stage,
+            seq: self.seq,
+            arrival: self.arrival,
+            facts: &self.group.facts,
+            cancelled: Some(&self.group.cancelled),
         }
     }
 }

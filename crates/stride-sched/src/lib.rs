@@ -49,9 +49,10 @@
 
 pub mod admission;
 pub mod cancel;
+pub mod clock;
+mod decision;
 pub mod group;
 pub mod idle;
-mod local;
 pub mod masks;
 pub mod morsel;
 pub mod os_thread;
@@ -69,6 +70,7 @@ pub mod tuning;
 pub mod worker;
 
 pub use cancel::Canceller;
+pub use clock::{Clock, VirtualClock};
 pub use group::{QueryHandle, QueryStats, ResourceGroupId};
 pub use morsel::{AdaptiveMorsels, MorselPolicy, MorselState};
 pub use os_thread::OsSetup;

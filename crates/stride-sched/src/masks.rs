@@ -85,16 +85,29 @@ impl UpdateMasks {
 
     /// Sets bit `slot` in mask `kind` of every worker.
     pub fn push(&self, kind: MaskKind, slot: usize) {
-        let word = slot / 64
-            + if kind == MaskKind::Return {
-                self.words
-            } else {
-                0
-            };
+        let word = self.word_of(kind, slot);
         let bit = 1u64 << (slot % 64);
         for worker in self.workers.iter() {
             worker.bits[word].fetch_or(bit, Ordering::Release);
         }
+    }
+
+    /// The index of `slot`'s word in a worker's masks.
+    fn word_of(&self, kind: MaskKind, slot: usize) -> usize {
+        slot / 64
+            + match kind {
+                MaskKind::Change => 0,
+                MaskKind::Return => self.words,
+            }
+    }
+
+    /// Sets bit `slot` in mask `kind` of `worker` only. The scheduler always
+    /// tells every worker ([`Self::push`]); the simulator ([`crate::sim`])
+    /// also tells one worker that a task set it found at its parallelism
+    /// has a free place again.
+    pub fn push_to(&self, worker: usize, kind: MaskKind, slot: usize) {
+        let word = self.word_of(kind, slot);
+        self.workers[worker].bits[word].fetch_or(1u64 << (slot % 64), Ordering::Release);
     }
 
     /// Whether `worker` has updates it has not pulled yet: a new group or a

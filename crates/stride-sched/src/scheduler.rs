@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::admission::{Admission, Admit};
+use crate::clock::Clock;
 use crate::group::{QueryHandle, ResourceGroup, TaskSetEntry};
 use crate::idle::Idle;
 use crate::masks::{MaskKind, UpdateMasks};
@@ -83,6 +84,10 @@ pub struct SchedulerConfig {
     /// On 2 cores it lowered short queries' mean slowdown in each of 7
     /// paired runs (docs/experiments.md). Needs `preemption`.
     pub handover_morsel: Option<Duration>,
+    /// Where the workers take the duration of a task they charge from
+    /// ([`crate::clock`]): the wall clock, or a virtual clock that tasks
+    /// advance (for tests that hold the worker loop to the simulator).
+    pub clock: Clock,
 }
 
 impl Default for SchedulerConfig {
@@ -101,6 +106,7 @@ impl Default for SchedulerConfig {
             worker_os_priority: WorkerOsPriority::Nice(10),
             worker_os_slice: Some(Duration::from_micros(100)),
             handover_morsel: Some(Duration::from_micros(100)),
+            clock: Clock::Wall,
         }
     }
 }

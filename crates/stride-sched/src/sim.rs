@@ -1,41 +1,59 @@
-//! A scheduling simulator that drives the real policy code with a virtual
+//! A scheduling simulator that drives the real decision code with a virtual
 //! clock (DESIGN.md invariant 2; seed 001 §4 "self-simulation").
 //!
 //! A workload is a list of [`SimJob`]s — an arrival time and an ordered list
 //! of task sets, each with its CPU work and the number of workers it can use
 //! at once (its parallelism: 1 for an inelastic pipeline, unlimited for an
-//! elastic one). `W` simulated workers take tasks of at most one quantum
-//! (`t_max`) of work:
+//! elastic one). `W` simulated workers run tasks of at most one quantum
+//! (`t_max`) of work.
 //!
-//! * whenever a worker is free it serves the runnable job of minimal
-//!   [`StrideState::rank`] (ties: earlier arrival) — a job is runnable when
-//!   its active task set has work not yet handed out and fewer than its
-//!   parallelism workers run it; the worker takes `min(quantum, unassigned)`
-//!   of work, exactly like a real task that finds its source dry early;
-//! * when the task returns, the job's state is [`StrideState::charge`]d with
-//!   the time it ran; when the last task of a task set returns, the next task
-//!   set is activated ([`StrideState::task_set_activated`]) or the job
-//!   completes (finalization takes no time here);
-//! * a new job [`StrideState::enter`]s with the virtual time (the smallest pass
-//!   of the active jobs, as a worker's local view does when it learns of a
-//!   new group).
+//! **The same decisions as the workers.** Each simulated worker owns a
+//! `DecisionCore` (`decision.rs`) — the one the worker loop uses — and drives it exactly
+//! as [`crate::worker`] does: before each decision it pulls its update masks
+//! (the real [`UpdateMasks`]) and visits the flagged slots, chooses, reads
+//! the chosen slot and confirms it (a slot found empty or exhausted is
+//! dropped from its view, an entry not yet known is learned first), and
+//! after a task it charges the task's length. Admission is the real
+//! [`Admission`] queue (same slots, same arrival numbers). What is modelled
+//! rather than shared is the slot array and its pin protocol:
 //!
-//! Events at the same instant are handled as the real scheduler would see
-//! them: returning tasks are charged first, then arrivals are admitted, then
-//! the free workers pick in worker order. When all work comes in multiples of
-//! the quantum, every decision falls on a multiple of the quantum: the
-//! simulation is the discrete-time loop of seed 001 §4 ("equally spaced
-//! scheduling decisions"), generalized to work that does not fill a quantum.
-//! Each job has one [`StrideState`] shared by all simulated workers (the
-//! run-queue view; the lock-free core keeps one per worker, which for the
-//! symmetric workloads simulated here ranks the same way).
+//! * a task takes `min(quantum, work left)` of its task set's work; a task
+//!   set whose work is all taken is *tagged* by the task that took the last
+//!   of it, when that task returns (a worker that picks it before then runs
+//!   a task of no length that tags it); the last task back finalizes it:
+//!   the job's next task set is installed in the slot (a return-mask bit for
+//!   every worker) or the job completes and its slot goes to the oldest
+//!   waiting job (a change-mask bit);
+//! * finalization takes no time; a job without task sets completes on
+//!   arrival, like a submission of no task sets;
+//! * a task set at its parallelism is, for a worker that picks it, as if
+//!   exhausted until one of its tasks returns (the worker then gets a mask
+//!   bit of its own) — a real task set has no such cap: this is how the
+//!   model expresses an inelastic pipeline;
+//! * with [`SimConfig::preemption`], a task ends at its first morsel
+//!   boundary after an update reached its worker (the real
+//!   [`crate::TaskContext::next_morsel`] checks the masks between morsels),
+//!   with [`SimConfig::handover_morsel`] shortening the morsels of a task run
+//!   while a better group is between two task sets.
+//!
+//! Simulated time is whole nanoseconds, as the workers measure it. At one
+//! instant arrivals are admitted first, then returning tasks are handled,
+//! then free workers decide in worker order. `tests/differential.rs` runs
+//! recorded workloads on the real worker loop (one worker, a virtual clock)
+//! and here, and requires the same tasks and completions under every
+//! policy, with and without preemption points.
+//!
+//! Per worker, a group's pass and priority advance only with that worker's
+//! own tasks, as in the lock-free core (seed 001 §2.3): with several workers
+//! a group they share decays more slowly in each view than one global run
+//! queue would make it.
 //!
 //! Outputs ([`SimResult`]): per job its completion, latency (completion −
 //! arrival), isolated latency (the job alone on the same `W` workers, same
 //! quantum) and slowdown (latency / isolated latency), CPU received and the
-//! number of decisions that picked it; and the mean latency and mean slowdown
-//! over the completed jobs. A `horizon` stops the simulation early (shares
-//! of long-running jobs).
+//! number of decisions that picked it; the mean latency and mean slowdown
+//! over the completed jobs; and, with [`SimConfig::record`], every task. A
+//! `horizon` stops the simulation early (shares of long-running jobs).
 //!
 //! **Processor sharing.** [`simulate_ps`] is the policy-independent
 //! reference: fluid egalitarian processor sharing (EQUI, seed 000 §2.2.2) —
@@ -50,7 +68,10 @@
 
 use std::time::Duration;
 
-use crate::policy::{GroupFacts, Policy, RankContext, Rng, StrideState, TaskSetEstimate};
+use crate::admission::{Admission, Admit};
+use crate::decision::{DecisionCore, EntryView, SlotState};
+use crate::masks::{MaskKind, UpdateMasks};
+use crate::policy::{GroupFacts, Policy, TaskSetEstimate};
 
 /// One task set (pipeline) of a simulated job.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,7 +155,9 @@ impl SimJob {
     }
 }
 
-/// How to simulate.
+/// How to simulate. [`SimConfig::new`] gives the plain quantum model of
+/// seed 001 §4; the other fields model the scheduler's refinements
+/// ([`crate::SchedulerConfig`]'s fields of the same names).
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     /// Simulated workers (at least 1).
@@ -142,10 +165,25 @@ pub struct SimConfig {
     /// Scheduling quantum `t_max`, seconds.
     pub quantum: f64,
     pub policy: Policy,
-    /// Seed of the simulated workers' random stream (lottery).
+    /// Seed of the simulated workers' random streams (lottery): worker `w`
+    /// draws from `seed ^ w`.
     pub seed: u64,
     /// Stop at this time (seconds); jobs still running stay incomplete.
     pub horizon: Option<f64>,
+    /// Preemption points: a task ends at its first morsel boundary after an
+    /// update (a new group, a next task set) reached its worker.
+    pub preemption: bool,
+    /// Morsel length in seconds: a task ends only at a morsel boundary
+    /// (preemption points). `None`: fluid work, a task may end anywhere.
+    pub morsel: Option<f64>,
+    /// Hand-over morsels: a worker running a task while a better group is
+    /// between two task sets uses morsels of at most this length.
+    pub handover_morsel: Option<f64>,
+    /// Slots: groups beyond this many wait for admission. `None`: one slot
+    /// per job.
+    pub slots: Option<usize>,
+    /// Record every task in [`SimResult::tasks`].
+    pub record: bool,
 }
 
 impl SimConfig {
@@ -156,6 +194,11 @@ impl SimConfig {
             policy,
             seed: 0x51_u64,
             horizon: None,
+            preemption: false,
+            morsel: None,
+            handover_morsel: None,
+            slots: None,
+            record: false,
         }
     }
 }
@@ -172,7 +215,7 @@ pub struct JobOutcome {
     pub isolated: f64,
     /// CPU seconds received.
     pub cpu: f64,
-    /// Scheduling decisions (tasks started) that picked this job.
+    /// Scheduling decisions that started a task of this job with work to do.
     pub decisions: u64,
 }
 
@@ -188,6 +231,20 @@ impl JobOutcome {
     }
 }
 
+/// One task the simulation ran ([`SimConfig::record`]), in start order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimTaskRecord {
+    pub worker: usize,
+    /// Index of the job in the workload.
+    pub job: usize,
+    /// Index of the task set in the job.
+    pub task_set: usize,
+    /// Start, seconds.
+    pub start: f64,
+    /// Length, seconds (0: the task found its task set dry).
+    pub ran: f64,
+}
+
 /// The outcome of a simulation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimResult {
@@ -195,6 +252,8 @@ pub struct SimResult {
     pub jobs: Vec<JobOutcome>,
     /// Time of the last event handled.
     pub end: f64,
+    /// Every task, when [`SimConfig::record`] is set.
+    pub tasks: Vec<SimTaskRecord>,
 }
 
 impl SimResult {
@@ -236,7 +295,8 @@ pub fn isolated_latency(job: &SimJob, workers: usize, quantum: f64) -> f64 {
         ..job.clone()
     };
     let cfg = SimConfig::new(Policy::Fifo, workers, quantum);
-    let run = Engine::new(std::slice::from_ref(&alone), &cfg).run();
+    let mut engine = Engine::new(std::slice::from_ref(&alone), &cfg);
+    let run = engine.run();
     run[0].completion.unwrap_or(0.0)
 }
 
@@ -265,48 +325,91 @@ pub fn simulate_with_isolated(workload: &[SimJob], cfg: &SimConfig, isolated: &[
     }
     SimResult {
         jobs,
-        end: engine.now,
+        end: secs(engine.now),
+        tasks: std::mem::take(&mut engine.tasks),
     }
 }
 
-/// Per-job run-time state of the quantum simulator.
-struct JobRt {
-    state: Option<StrideState>,
+/// Simulated time is kept in whole nanoseconds, as the scheduler measures
+/// it, so that the decision core is charged the same durations the worker
+/// loop would charge it (and ties between ranks are ties in both).
+fn nanos(seconds: f64) -> u64 {
+    (seconds.max(0.0) * 1e9).round() as u64
+}
+
+fn secs(nanos: u64) -> f64 {
+    nanos as f64 / 1e9
+}
+
+/// A simulated slot: the entry of one admitted job's active task set.
+#[derive(Debug)]
+struct SimSlot {
+    job: usize,
     /// Index of the active task set.
     set: usize,
-    /// Work of the active task set not yet handed to a worker.
-    unassigned: f64,
-    /// Workers running a task of the active task set.
+    /// The entry's position among the job's installed entries.
+    seq: u64,
+    /// Admission order.
+    arrival: u64,
+    /// Work of the task set not yet taken by a task, ns.
+    unassigned: u64,
+    /// Tasks of the entry in flight.
     running: usize,
-    done: bool,
+    /// A task found the task set dry (event 1): readers see it exhausted.
+    tagged: bool,
+    /// Workers that found the task set at its parallelism; told (a mask bit
+    /// of their own) when a place frees.
+    capped: Vec<usize>,
 }
 
-/// A task in flight on a worker.
-#[derive(Clone, Copy)]
+/// A task in flight on a simulated worker.
+#[derive(Debug, Clone, Copy)]
 struct Task {
+    slot: usize,
     job: usize,
-    ran: f64,
-    end: f64,
+    start: u64,
+    /// Work taken from the task set, ns (given back in part if the task is
+    /// preempted).
+    taken: u64,
+    end: u64,
+    /// Morsel length of the task, ns (0: fluid).
+    morsel: u64,
+    /// Its record in `Engine::tasks`, when recording.
+    record: Option<usize>,
 }
 
+struct SimWorker {
+    core: DecisionCore,
+    task: Option<Task>,
+}
+
+/// The simulator: the workers' decision cores ([`crate::decision`]), the
+/// real update masks and admission queue, and a model of the slots, driven
+/// by events in virtual time. At one instant, arrivals are admitted first
+/// (a query submitted while a task ends is bound before that task's
+/// finalization frees its slot, as on a real worker), then returning tasks
+/// are handled (in worker order), then the free workers decide (in worker
+/// order), then running tasks whose worker got an update meanwhile are cut
+/// at their next preemption point.
 struct Engine<'a> {
     workload: &'a [SimJob],
     cfg: &'a SimConfig,
     t_max: Duration,
-    /// Tolerance for "the same instant" and "no work left".
-    eps: f64,
-    rt: Vec<JobRt>,
+    quantum: u64,
+    morsel: u64,
+    handover_morsel: u64,
+    slots: Vec<Option<SimSlot>>,
+    masks: UpdateMasks,
+    admission: Admission<usize>,
+    workers: Vec<SimWorker>,
+    /// Per job: entries installed so far (the next entry's `seq`).
+    installed: Vec<u64>,
     out: Vec<JobOutcome>,
-    /// Admitted, incomplete jobs in admission order.
-    active: Vec<usize>,
     /// Jobs in arrival order (stable).
     order: Vec<usize>,
     next_arrival: usize,
-    admitted: u64,
-    virtual_time: f64,
-    workers: Vec<Option<Task>>,
-    rng: Rng,
-    now: f64,
+    now: u64,
+    tasks: Vec<SimTaskRecord>,
 }
 
 impl<'a> Engine<'a> {
@@ -314,21 +417,26 @@ impl<'a> Engine<'a> {
         assert!(cfg.quantum > 0.0, "quantum must be positive");
         let mut order: Vec<usize> = (0..workload.len()).collect();
         order.sort_by(|&a, &b| workload[a].arrival.total_cmp(&workload[b].arrival));
+        let slots = cfg.slots.unwrap_or(workload.len()).max(1);
+        let workers = cfg.workers.max(1);
         Engine {
             workload,
             cfg,
-            t_max: Duration::from_secs_f64(cfg.quantum),
-            eps: cfg.quantum * 1e-9,
-            rt: workload
-                .iter()
-                .map(|_| JobRt {
-                    state: None,
-                    set: 0,
-                    unassigned: 0.0,
-                    running: 0,
-                    done: false,
+            t_max: Duration::from_nanos(nanos(cfg.quantum).max(1)),
+            quantum: nanos(cfg.quantum).max(1),
+            morsel: cfg.morsel.map_or(0, |m| nanos(m).max(1)),
+            handover_morsel: cfg.handover_morsel.map_or(0, |m| nanos(m).max(1)),
+            slots: (0..slots).map(|_| None).collect(),
+            masks: UpdateMasks::new(workers, slots),
+            admission: Admission::new(slots),
+            workers: (0..workers)
+                .map(|w| {
+                    let mut core = DecisionCore::new(slots, workers, cfg.policy.clone(), w);
+                    core.reseed(cfg.seed ^ w as u64);
+                    SimWorker { core, task: None }
                 })
                 .collect(),
+            installed: vec![0; workload.len()],
             out: workload
                 .iter()
                 .map(|j| JobOutcome {
@@ -340,185 +448,280 @@ impl<'a> Engine<'a> {
                     decisions: 0,
                 })
                 .collect(),
-            active: Vec::new(),
             order,
             next_arrival: 0,
-            admitted: 0,
-            virtual_time: 0.0,
-            workers: vec![None; cfg.workers.max(1)],
-            rng: Rng::new(cfg.seed),
-            now: 0.0,
+            now: 0,
+            tasks: Vec::new(),
         }
     }
 
     fn run(&mut self) -> Vec<JobOutcome> {
+        let horizon = self.cfg.horizon.map(nanos);
         loop {
             let next_task = self
                 .workers
                 .iter()
-                .flatten()
-                .map(|t| t.end)
-                .reduce(f64::min);
+                .filter_map(|w| w.task.map(|t| t.end))
+                .min();
             let next_arrival = self
                 .order
                 .get(self.next_arrival)
-                .map(|&j| self.workload[j].arrival);
+                .map(|&j| nanos(self.workload[j].arrival));
             let t = match (next_task, next_arrival) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) | (None, Some(a)) => a,
                 (None, None) => break,
             };
-            if self.cfg.horizon.is_some_and(|h| t > h) {
+            if horizon.is_some_and(|h| t > h) {
                 break;
             }
             self.now = self.now.max(t);
-            self.return_tasks();
             self.admit_arrivals();
-            self.dispatch();
+            self.return_tasks();
+            for w in 0..self.workers.len() {
+                if self.workers[w].task.is_none() {
+                    self.decide(w);
+                }
+            }
+            self.preempt();
         }
         std::mem::take(&mut self.out)
     }
 
-    /// Charges every task that ends now; finishes task sets and jobs.
+    /// Handles every task that ends now: charges it to its worker's core,
+    /// gives back work a preempted task did not do, tags a dry task set and
+    /// finalizes it once its last task is back.
     fn return_tasks(&mut self) {
         for w in 0..self.workers.len() {
-            let Some(task) = self.workers[w] else {
+            let Some(task) = self.workers[w].task else {
                 continue;
             };
-            if task.end > self.now + self.eps {
+            if task.end > self.now {
                 continue;
             }
-            self.workers[w] = None;
-            let rt = &mut self.rt[task.job];
-            rt.running -= 1;
-            if let Some(s) = rt.state.as_mut() {
-                s.charge(
-                    &self.cfg.policy,
-                    Duration::from_secs_f64(task.ran),
-                    self.t_max,
-                );
+            self.workers[w].task = None;
+            let ran = task.end - task.start;
+            self.workers[w]
+                .core
+                .charge(task.slot, Duration::from_nanos(ran), self.t_max);
+            self.out[task.job].cpu += secs(ran);
+            let slot = self.slots[task.slot]
+                .as_mut()
+                .expect("a running task's slot");
+            slot.running -= 1;
+            slot.unassigned += task.taken - ran;
+            if slot.unassigned == 0 {
+                slot.tagged = true;
             }
-            self.out[task.job].cpu += task.ran;
-            self.advance(task.job);
-        }
-    }
-
-    /// Activates the next task set (repeatedly, past empty ones) or
-    /// completes the job once the active set is drained and idle.
-    fn advance(&mut self, job: usize) {
-        loop {
-            let rt = &self.rt[job];
-            if rt.done || rt.running > 0 || rt.unassigned > self.eps {
-                return;
-            }
-            let next = rt.set + 1;
-            if next < self.workload[job].task_sets.len() {
-                self.update_virtual_time();
-                let rt = &mut self.rt[job];
-                rt.set = next;
-                rt.unassigned = self.workload[job].task_sets[next].work.max(0.0);
-                if let Some(s) = rt.state.as_mut() {
-                    s.task_set_activated(&self.cfg.policy, next, self.virtual_time);
+            if !slot.tagged {
+                for c in slot.capped.drain(..) {
+                    self.masks.push_to(c, MaskKind::Return, task.slot);
                 }
-            } else {
-                self.rt[job].done = true;
-                self.out[job].completion = Some(self.now);
-                self.active.retain(|&j| j != job);
-                return;
+            }
+            if slot.tagged && slot.running == 0 {
+                self.finalize(task.slot);
             }
         }
     }
 
-    /// The simulated scheduler's virtual time: never behind the smallest
-    /// active pass.
-    fn update_virtual_time(&mut self) {
-        if let Some(min) = self
-            .active
-            .iter()
-            .filter_map(|&j| self.rt[j].state.as_ref().map(|s| s.pass))
-            .reduce(f64::min)
-        {
-            self.virtual_time = self.virtual_time.max(min);
+    /// The last task of slot `k`'s tagged entry returned: installs the job's
+    /// next task set (telling every worker), or completes the job and hands
+    /// the slot to the oldest waiting job.
+    fn finalize(&mut self, k: usize) {
+        let slot = self.slots[k].as_mut().expect("finalizing a live slot");
+        let job = slot.job;
+        let next = slot.set + 1;
+        if let Some(set) = self.workload[job].task_sets.get(next) {
+            slot.set = next;
+            slot.seq = self.installed[job];
+            self.installed[job] += 1;
+            slot.unassigned = nanos(set.work);
+            slot.tagged = false;
+            slot.capped.clear();
+            self.masks.push(MaskKind::Return, k);
+            return;
         }
+        self.slots[k] = None;
+        self.out[job].completion = Some(secs(self.now));
+        if let Some((waiting, arrival)) = self.admission.release(k) {
+            self.bind(k, waiting, arrival);
+        }
+    }
+
+    /// Installs `job`'s first task set in slot `k` and tells every worker.
+    fn bind(&mut self, k: usize, job: usize, arrival: u64) {
+        let first = &self.workload[job].task_sets[0];
+        self.slots[k] = Some(SimSlot {
+            job,
+            set: 0,
+            seq: self.installed[job],
+            arrival,
+            unassigned: nanos(first.work),
+            running: 0,
+            tagged: false,
+            capped: Vec::new(),
+        });
+        self.installed[job] += 1;
+        self.masks.push(MaskKind::Change, k);
     }
 
     fn admit_arrivals(&mut self) {
         while let Some(&job) = self.order.get(self.next_arrival) {
-            if self.workload[job].arrival > self.now + self.eps {
+            if nanos(self.workload[job].arrival) > self.now {
                 break;
             }
             self.next_arrival += 1;
-            self.update_virtual_time();
-            let spec = &self.workload[job];
-            let state = StrideState::enter(
-                &self.cfg.policy,
-                &spec.facts,
-                self.admitted,
-                self.virtual_time,
-            );
-            self.admitted += 1;
-            let rt = &mut self.rt[job];
-            rt.state = Some(state);
-            rt.set = 0;
-            rt.unassigned = spec.task_sets.first().map_or(0.0, |t| t.work.max(0.0));
-            self.active.push(job);
-            // Jobs without work (or with empty leading task sets) move on now.
-            self.advance(job);
+            // As `Scheduler::submit`: a job without task sets is done at once.
+            if self.workload[job].task_sets.is_empty() {
+                self.out[job].completion = Some(secs(self.now));
+                continue;
+            }
+            if let Admit::Slot {
+                group,
+                slot,
+                arrival,
+            } = self.admission.admit(job)
+            {
+                self.bind(slot, group, arrival);
+            }
         }
     }
 
-    /// Every free worker picks the runnable job of smallest rank.
-    fn dispatch(&mut self) {
-        for w in 0..self.workers.len() {
-            if self.workers[w].is_some() {
+    /// What a worker reading slot `k` finds.
+    fn read(&self, k: usize) -> SlotState<'a> {
+        match &self.slots[k] {
+            None => SlotState::Empty,
+            Some(s) if s.tagged => SlotState::Exhausted,
+            Some(s) => SlotState::Active(EntryView {
+                group: s.job as u64 + 1,
+                stage: s.set,
+                seq: s.seq,
+                arrival: s.arrival,
+                facts: &self.workload[s.job].facts,
+                cancelled: None,
+            }),
+        }
+    }
+
+    /// Worker `w` is free: the worker loop's decision ([`crate::worker`]) —
+    /// pull the update masks and visit the flagged slots, choose, read the
+    /// chosen slot and confirm it — until it starts a task or has nothing to
+    /// run.
+    fn decide(&mut self, w: usize) {
+        let mut flagged = Vec::new();
+        loop {
+            self.masks.pull(w, |_, slot| flagged.push(slot));
+            for k in flagged.drain(..) {
+                let read = self.read(k);
+                self.workers[w].core.visit(k, read);
+            }
+            let Some(k) = self.workers[w].core.choose() else {
+                return;
+            };
+            let read = self.read(k);
+            if !self.workers[w].core.confirm(k, read) {
                 continue;
             }
-            let Some(job) = self.pick() else { return };
-            let rt = &mut self.rt[job];
-            let chunk = if rt.unassigned - self.cfg.quantum <= self.eps {
-                rt.unassigned
-            } else {
-                self.cfg.quantum
-            };
-            rt.unassigned = (rt.unassigned - chunk).max(0.0);
-            if rt.unassigned <= self.eps {
-                rt.unassigned = 0.0;
+            let slot = self.slots[k].as_mut().expect("a confirmed slot is live");
+            let (job, set) = (slot.job, slot.set);
+            let parallelism = self.workload[job].task_sets[set].parallelism.max(1);
+            if slot.unassigned > 0 && slot.running >= parallelism {
+                // Every place of the task set is taken: for this worker it
+                // is exhausted until a place frees.
+                slot.capped.push(w);
+                self.workers[w].core.visit(k, SlotState::Exhausted);
+                continue;
             }
-            rt.running += 1;
+            if slot.unassigned == 0 {
+                // The task finds its task set dry: it returns at once and
+                // tags the entry; the last one back finalizes it.
+                slot.tagged = true;
+                self.workers[w].core.charge(k, Duration::ZERO, self.t_max);
+                let last = slot.running == 0;
+                self.record(w, job, set, 0);
+                if last {
+                    self.finalize(k);
+                }
+                continue;
+            }
+            let taken = if slot.unassigned <= self.quantum {
+                slot.unassigned
+            } else {
+                self.quantum
+            };
+            let handover = self.cfg.preemption
+                && self.handover_morsel > 0
+                && self.workers[w].core.handover_pending(k);
+            let morsel = match (self.morsel, handover) {
+                (0, true) => self.handover_morsel,
+                (m, true) => m.min(self.handover_morsel),
+                (m, false) => m,
+            };
+            // A task ends at the morsel boundary at or after its quantum.
+            let end = match morsel {
+                0 => taken,
+                m => taken.min(self.quantum.div_ceil(m) * m),
+            };
+            slot.unassigned -= end;
+            slot.running += 1;
             let out = &mut self.out[job];
             out.decisions += 1;
-            out.first_run.get_or_insert(self.now);
-            self.workers[w] = Some(Task {
+            out.first_run.get_or_insert(secs(self.now));
+            let record = self.record(w, job, set, end);
+            self.workers[w].task = Some(Task {
+                slot: k,
                 job,
-                ran: chunk,
-                end: self.now + chunk,
+                start: self.now,
+                taken: end,
+                end: self.now + end,
+                morsel,
+                record,
             });
+            return;
         }
     }
 
-    fn pick(&mut self) -> Option<usize> {
-        let mut ctx = RankContext {
-            active_groups: self.active.len(),
-            workers: self.workers.len(),
-            rng: &mut self.rng,
-        };
-        let mut best: Option<(usize, f64)> = None;
-        for &job in &self.active {
-            let rt = &self.rt[job];
-            let spec = &self.workload[job].task_sets[rt.set];
-            if rt.unassigned <= self.eps || rt.running >= spec.parallelism.max(1) {
-                continue;
-            }
-            let Some(state) = rt.state.as_ref() else {
+    /// Records a task starting now (its index in `tasks`, if recording).
+    fn record(&mut self, worker: usize, job: usize, task_set: usize, ran: u64) -> Option<usize> {
+        self.cfg.record.then(|| {
+            self.tasks.push(SimTaskRecord {
+                worker,
+                job,
+                task_set,
+                start: secs(self.now),
+                ran: secs(ran),
+            });
+            self.tasks.len() - 1
+        })
+    }
+
+    /// With preemption points: a running task whose worker has an update it
+    /// has not pulled ends at its first morsel boundary from now on (at
+    /// least one morsel into the task; fluid work ends now).
+    fn preempt(&mut self) {
+        if !self.cfg.preemption {
+            return;
+        }
+        for w in 0..self.workers.len() {
+            let Some(task) = self.workers[w].task.as_mut() else {
                 continue;
             };
-            let rank = state.rank(&self.cfg.policy, &mut ctx);
-            match best {
-                Some((_, r)) if rank >= r => {}
-                _ => best = Some((job, rank)),
+            if !self.masks.pending(w) {
+                continue;
+            }
+            let into = self.now - task.start;
+            let cut = match task.morsel {
+                0 if into == 0 => continue,
+                0 => into,
+                m => into.div_ceil(m).max(1) * m,
+            };
+            if cut < task.end - task.start {
+                task.end = task.start + cut;
+                if let Some(i) = task.record {
+                    self.tasks[i].ran = secs(cut);
+                }
             }
         }
-        best.map(|(job, _)| job)
     }
 }
 
@@ -624,6 +827,7 @@ pub fn simulate_ps(workload: &[SimJob], workers: usize, horizon: Option<f64>) ->
     SimResult {
         jobs: out,
         end: now,
+        tasks: Vec::new(),
     }
 }
 
@@ -698,5 +902,37 @@ mod tests {
         assert!((r.jobs[0].completion.unwrap() - 2.0).abs() < 1e-9);
         assert!((r.jobs[1].completion.unwrap() - (2.0 + 4.0 / 3.0)).abs() < 1e-9);
         assert!((r.jobs[1].isolated - 8.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn preemption_points_and_handover_morsels_end_tasks_early() {
+        // FIFO on 2 workers. Job A (first) has a task set of 0.6 then one of
+        // 1.0; job B has 2.0. Worker 0 takes all of A's first set; worker 1
+        // finds it dry (A becomes its pending hand-over) and runs B. A's next
+        // task set arrives at 0.6: with preemption points B's task ends at
+        // its next morsel boundary — 0.6 with hand-over morsels of 0.05, 0.75
+        // with morsels of 0.25 — and at its quantum (1.0) without them.
+        let jobs = [
+            SimJob::new(
+                0.0,
+                vec![SimTaskSet::elastic(0.6), SimTaskSet::elastic(1.0)],
+            ),
+            SimJob::new(0.0, vec![SimTaskSet::elastic(2.0)]),
+        ];
+        let first_b_task = |preemption: bool, handover: Option<f64>| {
+            let mut cfg = SimConfig::new(Policy::Fifo, 2, 1.0);
+            cfg.preemption = preemption;
+            cfg.morsel = Some(0.25);
+            cfg.handover_morsel = handover;
+            cfg.record = true;
+            let r = simulate(&jobs, &cfg);
+            assert_eq!(r.completed(), 2);
+            let b = r.tasks.iter().find(|t| t.job == 1).expect("B ran");
+            assert_eq!((b.worker, b.start), (1, 0.0));
+            b.ran
+        };
+        assert_eq!(first_b_task(true, Some(0.05)), 0.6);
+        assert_eq!(first_b_task(true, None), 0.75);
+        assert_eq!(first_b_task(false, Some(0.05)), 1.0);
     }
 }

@@ -257,15 +257,22 @@ impl<'a> TaskContext<'a> {
         if self.stop_requested() {
             return None;
         }
-        if self.morsels > 0 {
-            if let Some(masks) = self.preemption {
-                if masks.pending(self.worker) {
-                    self.preempted = true;
-                    return None;
-                }
-            }
+        if self.morsels > 0 && self.preempt_requested() {
+            return None;
         }
         self.sizer.next(remaining)
+    }
+
+    /// A preemption point for tasks that pace themselves rather than ask
+    /// [`Self::next_morsel`]: whether the scheduler has news for this worker
+    /// (a new group, a next task set) that its decision did not see, so the
+    /// task should return now. Always `false` with preemption off.
+    pub fn preempt_requested(&mut self) -> bool {
+        let pending = self
+            .preemption
+            .is_some_and(|masks| masks.pending(self.worker));
+        self.preempted |= pending;
+        pending
     }
 
     /// Records that the morsel sized by [`Self::next_morsel`] was processed

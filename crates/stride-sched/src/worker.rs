@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::decision::{DecisionCore, SlotState};
 use crate::group::{ResourceGroup, TaskSetEntry};
-use crate::local::LocalState;
 use crate::masks::MaskKind;
 use crate::os_thread::{self, OsSetup};
 use crate::overhead::DecisionClock;
@@ -113,7 +113,7 @@ impl WorkerCounters {
 struct Worker {
     shared: Arc<Shared>,
     index: usize,
-    local: LocalState,
+    local: DecisionCore,
     clock: Option<DecisionClock>,
     trace: Option<WorkerTrace>,
     tuning: Option<TuningDriver>,
@@ -129,7 +129,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
         shared.config.worker_os_slice,
     );
     let _ = shared.worker_counters[index].os.set(os);
-    let local = LocalState::new(
+    let local = DecisionCore::new(
         shared.slots.len(),
         shared.config.workers,
         lock(&shared.policy).clone(),
@@ -195,17 +195,19 @@ impl Worker {
                 continue;
             };
             match self.shared.pins.pin(index, &self.shared.slots, k) {
-                SlotRead::Empty => self.local.forget(k),
-                SlotRead::Exhausted => self.local.exhausted(k),
+                SlotRead::Empty => {
+                    self.local.confirm(k, SlotState::Empty);
+                }
+                SlotRead::Exhausted => {
+                    self.local.confirm(k, SlotState::Exhausted);
+                }
                 SlotRead::Active(entry) => {
                     // SAFETY: we are pinned to slot `k` and read `entry`
                     // untagged, so it stays alive until our unpin below
                     // (crate::pins).
                     let e = unsafe { entry.as_ref() };
-                    if self.local.knows(k, e) {
+                    if self.local.confirm(k, SlotState::Active(e.view())) {
                         self.run_task(k, entry);
-                    } else {
-                        self.local.learn(k, e);
                     }
                 }
             }
@@ -264,11 +266,12 @@ impl Worker {
     /// A mask bit for slot `k` was pulled: brings the local view up to date.
     fn visit(&mut self, k: usize) {
         match self.shared.pins.pin(self.index, &self.shared.slots, k) {
-            SlotRead::Empty => self.local.forget(k),
-            SlotRead::Exhausted => self.local.exhausted(k),
+            SlotRead::Empty => self.local.visit(k, SlotState::Empty),
+            SlotRead::Exhausted => self.local.visit(k, SlotState::Exhausted),
             SlotRead::Active(entry) => {
                 // SAFETY: pinned to `k`, read untagged: alive until the unpin.
-                self.local.learn(k, unsafe { entry.as_ref() });
+                let e = unsafe { entry.as_ref() };
+                self.local.visit(k, SlotState::Active(e.view()));
             }
         }
         self.leave();
@@ -323,8 +326,9 @@ impl Worker {
                     c.task_starts();
                 }
                 start = Instant::now();
+                let measured = shared.config.clock.start_at(start);
                 result = catch_unwind(AssertUnwindSafe(|| task_set.run_task(&mut ctx)));
-                ran = start.elapsed();
+                ran = shared.config.clock.since(measured);
             }
             self.local.charge(k, ran, shared.config.t_max);
             account(group, e.stage, ran, &ctx);

@@ -1,4 +1,16 @@
-//! A worker's thread-local scheduling state (seed 001 §2.3, Figure 3).
+//! The decision core: one worker's scheduling state and the rules that turn
+//! it into a choice (seed 001 §2.3, Figure 3).
+//!
+//! The core is driven by two callers through the same methods, in the same
+//! order: the worker loop ([`crate::worker`], over the lock-free slots and
+//! update masks, timing tasks with the wall clock) and the simulator
+//! ([`crate::sim`], over a model of the slots, timing tasks with virtual
+//! time). Neither makes a scheduling decision of its own: each reads slots
+//! and hands what it read to [`DecisionCore::visit`] (a flagged slot) or
+//! [`DecisionCore::confirm`] (the chosen slot), asks
+//! [`DecisionCore::choose`], and reports what a task ran with
+//! [`DecisionCore::charge`]. `tests/differential.rs` holds the two to the
+//! same decisions on recorded workloads.
 //!
 //! Everything a scheduling decision reads lives here and is touched by the
 //! owning worker only: the **activity mask** (one bit per slot whose task
@@ -11,15 +23,16 @@
 //! The local view may lag behind the global slots; it is corrected by:
 //!
 //! * the update masks: a pulled bit makes the worker *visit* the slot (pin,
-//!   read, [`LocalState::learn`] the entry, unpin), which enters a new group
-//!   (event 2) or activates the next task set (event 3);
+//!   read, [`DecisionCore::visit`] with what it found, unpin), which enters a
+//!   new group (event 2) or activates the next task set (event 3);
 //! * picking: a slot found empty or tagged is deactivated (event 1); a slot
 //!   found holding an entry other than the one the worker knows (a group or
-//!   task set whose mask bit is not pulled yet) is learned first.
+//!   task set whose mask bit is not pulled yet) is learned first
+//!   ([`DecisionCore::confirm`]).
 //!
 //! Groups are identified by their id (unique per scheduler), task sets by
-//! their index; nothing here dereferences an entry — the worker passes
-//! `learn` an entry it is pinned to.
+//! their index; nothing here dereferences an entry — the caller describes
+//! what it read as an [`EntryView`].
 //!
 //! **Cached ranks.** For policies whose ranks are stable between a group's
 //! own state changes ([`Policy::rank_is_stable`]: all but lottery) the view
@@ -36,16 +49,44 @@
 //! finalizer runs promptly). Rather than loading every active group's flag
 //! per decision, the worker compares the scheduler's cancel epoch (bumped by
 //! every cancel) with the one it last saw and only then rescans the flags
-//! ([`LocalState::note_cancellations`]); a slot seen cancelled gets a bit in
+//! ([`DecisionCore::note_cancellations`]); a slot seen cancelled gets a bit in
 //! the `cancelled` mask, which the decision checks before the tree.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::group::TaskSetEntry;
 use crate::masks::words_for;
 use crate::policy::{GroupFacts, Policy, RankContext, Rng, StrideState};
+
+/// What a caller read in a slot's entry: all the decision core needs of a
+/// [`crate::group::TaskSetEntry`] (or of a simulated one).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EntryView<'a> {
+    /// The group's id (unique per scheduler, never 0).
+    pub(crate) group: u64,
+    /// The planned task set (stage) the entry runs or follows up.
+    pub(crate) stage: usize,
+    /// The entry's position among its group's installed entries.
+    pub(crate) seq: u64,
+    /// The group's admission order.
+    pub(crate) arrival: u64,
+    /// What the policy is told about the group.
+    pub(crate) facts: &'a GroupFacts,
+    /// The group's cancel flag (the simulator cancels nothing).
+    pub(crate) cancelled: Option<&'a Arc<AtomicBool>>,
+}
+
+/// What a caller found when it read (pinned) a slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SlotState<'a> {
+    /// No entry: the group left.
+    Empty,
+    /// The entry's task set is exhausted (tagged): event 1.
+    Exhausted,
+    /// A live entry.
+    Active(EntryView<'a>),
+}
 
 /// What the worker knows about one slot.
 #[derive(Debug)]
@@ -134,7 +175,7 @@ impl RankTree {
 
 /// One worker's scheduling state.
 #[derive(Debug)]
-pub(crate) struct LocalState {
+pub(crate) struct DecisionCore {
     slots: Vec<LocalSlot>,
     /// Activity mask: bit `k` set iff slot `k` is locally active.
     active: Vec<u64>,
@@ -162,9 +203,9 @@ pub(crate) struct LocalState {
     handover: Option<usize>,
 }
 
-impl LocalState {
+impl DecisionCore {
     pub(crate) fn new(slots: usize, workers: usize, policy: Policy, worker: usize) -> Self {
-        LocalState {
+        DecisionCore {
             slots: (0..slots)
                 .map(|_| LocalSlot {
                     group: 0,
@@ -188,6 +229,11 @@ impl LocalState {
             ranks: RankTree::new(slots),
             handover: None,
         }
+    }
+
+    /// Restarts the random stream (lottery draws) from `seed`.
+    pub(crate) fn reseed(&mut self, seed: u64) {
+        self.rng = Rng::new(seed);
     }
 
     pub(crate) fn policy(&self) -> &Policy {
@@ -319,9 +365,31 @@ impl LocalState {
     }
 
     /// Whether the worker's view of slot `k` is `entry`.
-    pub(crate) fn knows(&self, k: usize, entry: &TaskSetEntry) -> bool {
+    fn knows(&self, k: usize, entry: &EntryView<'_>) -> bool {
         let s = &self.slots[k];
-        s.group == entry.group.id && s.seq == entry.seq && self.is_active(k)
+        s.group == entry.group && s.seq == entry.seq && self.is_active(k)
+    }
+
+    /// A flagged slot `k` was read: brings the view up to date with it.
+    pub(crate) fn visit(&mut self, k: usize, read: SlotState<'_>) {
+        match read {
+            SlotState::Empty => self.forget(k),
+            SlotState::Exhausted => self.exhausted(k),
+            SlotState::Active(entry) => self.learn(k, &entry),
+        }
+    }
+
+    /// The chosen slot `k` was read: whether to run a task of it now. `false`
+    /// means the view was corrected (the slot was empty or exhausted, or held
+    /// an entry not yet learned) and the caller decides again.
+    pub(crate) fn confirm(&mut self, k: usize, read: SlotState<'_>) -> bool {
+        match read {
+            SlotState::Empty => self.forget(k),
+            SlotState::Exhausted => self.exhausted(k),
+            SlotState::Active(entry) if self.knows(k, &entry) => return true,
+            SlotState::Active(entry) => self.learn(k, &entry),
+        }
+        false
     }
 
     /// The worker's virtual time: never decreases; at least the smallest pass
@@ -349,18 +417,17 @@ impl LocalState {
         }
     }
 
-    /// Takes `entry`, found in slot `k` while pinned, into the local view:
-    /// a group new to the slot enters (event 2), a next task set of the
-    /// known group is activated (event 3: a follow-up of the same stage
-    /// keeps the stage's accounting); either way the slot is active.
-    pub(crate) fn learn(&mut self, k: usize, entry: &TaskSetEntry) {
-        let group = &entry.group;
-        if self.slots[k].group != group.id {
+    /// Takes `entry`, found in slot `k`, into the local view: a group new to
+    /// the slot enters (event 2), a next task set of the known group is
+    /// activated (event 3: a follow-up of the same stage keeps the stage's
+    /// accounting); either way the slot is active.
+    fn learn(&mut self, k: usize, entry: &EntryView<'_>) {
+        if self.slots[k].group != entry.group {
             self.deactivate(k);
             let now = self.now_pass();
-            let stride = StrideState::enter(&self.policy, &group.facts, entry.arrival, now);
+            let stride = StrideState::enter(&self.policy, entry.facts, entry.arrival, now);
             let s = &mut self.slots[k];
-            s.group = group.id;
+            s.group = entry.group;
             s.stage = entry.stage;
             s.seq = entry.seq;
             s.stride = stride;
@@ -374,10 +441,12 @@ impl LocalState {
                 s.stride.task_set_activated(&self.policy, entry.stage, now);
             }
         }
-        if group.cancelled.load(Ordering::Relaxed) {
-            self.cancelled[k / 64] |= 1u64 << (k % 64);
+        if let Some(flag) = entry.cancelled {
+            if flag.load(Ordering::Relaxed) {
+                self.cancelled[k / 64] |= 1u64 << (k % 64);
+            }
+            self.slots[k].cancelled = Some(flag.clone());
         }
-        self.slots[k].cancelled = Some(group.cancelled.clone());
         self.activate(k);
         if self.handover == Some(k) {
             self.handover = None;
@@ -452,7 +521,7 @@ impl LocalState {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::group::ResourceGroup;
+    use crate::group::{ResourceGroup, TaskSetEntry};
 
     /// A task set that is never run (the local view only reads entries).
     struct Idle;
@@ -481,10 +550,10 @@ mod tests {
 
     #[test]
     fn fifo_chooses_the_earliest_arrival_and_skips_inactive_slots() {
-        let mut l = LocalState::new(130, 1, Policy::Fifo, 0);
+        let mut l = DecisionCore::new(130, 1, Policy::Fifo, 0);
         assert_eq!(l.choose(), None);
-        l.learn(129, &entry(1, 0, 0));
-        l.learn(3, &entry(2, 0, 1));
+        l.learn(129, &entry(1, 0, 0).view());
+        l.learn(3, &entry(2, 0, 1).view());
         assert_eq!(l.choose(), Some(129));
         l.deactivate(129);
         assert_eq!(l.choose(), Some(3));
@@ -495,13 +564,13 @@ mod tests {
     #[test]
     fn fair_newcomer_enters_at_the_smallest_pass_and_keeps_its_state_on_return() {
         let t = Duration::from_millis(2);
-        let mut l = LocalState::new(4, 1, Policy::Fair, 0);
+        let mut l = DecisionCore::new(4, 1, Policy::Fair, 0);
         let old = entry(1, 0, 0);
-        l.learn(0, &old);
+        l.learn(0, &old.view());
         for _ in 0..10 {
             l.charge(0, t, t);
         }
-        l.learn(1, &entry(2, 0, 1));
+        l.learn(1, &entry(2, 0, 1).view());
         assert_eq!(l.slots[1].stride.pass, l.slots[0].stride.pass);
         // Tie: the earlier arrival first; after one charge the newcomer.
         assert_eq!(l.choose(), Some(0));
@@ -511,25 +580,25 @@ mod tests {
         let pass = l.slots[0].stride.pass;
         let next = at(&old.group, 1, 0, 0);
         l.deactivate(0);
-        assert!(!l.knows(0, &next));
-        l.learn(0, &next);
-        assert!(l.knows(0, &next));
+        assert!(!l.knows(0, &next.view()));
+        l.learn(0, &next.view());
+        assert!(l.knows(0, &next.view()));
         assert!(l.slots[0].stride.pass >= pass);
         // A follow-up of the same stage is a new entry the worker must
         // learn, and it keeps the stage.
         let follow_up = at(&old.group, 1, 0, 0);
         l.deactivate(0);
-        assert!(!l.knows(0, &follow_up));
-        l.learn(0, &follow_up);
-        assert!(l.knows(0, &follow_up) && l.slots[0].stage == 1);
+        assert!(!l.knows(0, &follow_up.view()));
+        l.learn(0, &follow_up.view());
+        assert!(l.knows(0, &follow_up.view()) && l.slots[0].stage == 1);
     }
 
     #[test]
     fn a_best_group_between_task_sets_is_a_pending_handover() {
-        let mut l = LocalState::new(8, 2, Policy::Fifo, 0);
+        let mut l = DecisionCore::new(8, 2, Policy::Fifo, 0);
         let first = entry(1, 0, 0);
-        l.learn(2, &first);
-        l.learn(5, &entry(2, 0, 1));
+        l.learn(2, &first.view());
+        l.learn(5, &entry(2, 0, 1).view());
         assert_eq!(l.choose(), Some(2));
         assert!(!l.handover_pending(5), "nothing is between task sets");
         // The earlier arrival's task set runs dry: the later one fills in
@@ -538,11 +607,11 @@ mod tests {
         assert_eq!(l.choose(), Some(5));
         assert!(l.handover_pending(5));
         // Its next task set arrives: no hand-over pending any more.
-        l.learn(2, &at(&first.group, 1, 0, 0));
+        l.learn(2, &at(&first.group, 1, 0, 0).view());
         assert!(!l.handover_pending(5));
         // A slot that was not the best choice leaves no hand-over behind.
         l.exhausted(5);
-        l.learn(5, &entry(3, 0, 2));
+        l.learn(5, &entry(3, 0, 2).view());
         assert!(!l.handover_pending(5));
         // Nor does a group that left.
         l.exhausted(2);
@@ -551,7 +620,7 @@ mod tests {
     }
 
     /// The decision by a full scan of fresh ranks (what the tree caches).
-    fn reference_choice(l: &mut LocalState) -> Option<usize> {
+    fn reference_choice(l: &mut DecisionCore) -> Option<usize> {
         let mut best: Option<(Key, usize)> = None;
         for k in 0..l.slots.len() {
             if !l.is_active(k) {
@@ -585,7 +654,7 @@ mod tests {
             // Few slots for THRESHOLD, so that the number of active ones
             // keeps crossing the threshold; two mask words otherwise.
             let n = if policy.name() == "threshold" { 5 } else { 70 };
-            let mut l = LocalState::new(n, 2, policy.clone(), 0);
+            let mut l = DecisionCore::new(n, 2, policy.clone(), 0);
             let mut rng = Rng::new(7);
             let mut id = 0;
             for step in 0..3000 {
@@ -604,7 +673,7 @@ mod tests {
                             ..GroupFacts::default()
                         };
                         let group = Arc::new(ResourceGroup::new(id, Vec::new(), facts));
-                        l.learn(k, &at(&group, 0, k, id));
+                        l.learn(k, &at(&group, 0, k, id).view());
                     }
                     1 => l.deactivate(k),
                     _ => {
@@ -629,11 +698,11 @@ mod tests {
 
     #[test]
     fn a_cancelled_group_is_chosen_first_once_the_epoch_moves() {
-        let mut l = LocalState::new(4, 1, Policy::Fifo, 0);
+        let mut l = DecisionCore::new(4, 1, Policy::Fifo, 0);
         let first = entry(1, 0, 0);
         let second = entry(2, 0, 1);
-        l.learn(0, &first);
-        l.learn(2, &second);
+        l.learn(0, &first.view());
+        l.learn(2, &second.view());
         assert_eq!(l.choose(), Some(0));
         second.group.cancelled.store(true, Ordering::Relaxed);
         // Without a new epoch the flag is not rescanned ...
@@ -647,7 +716,7 @@ mod tests {
         // A group learned while cancelled is first at once.
         let third = entry(3, 0, 2);
         third.group.cancelled.store(true, Ordering::Relaxed);
-        l.learn(3, &third);
+        l.learn(3, &third.view());
         assert_eq!(l.choose(), Some(3));
     }
 }
