@@ -55,6 +55,7 @@ pub mod group;
 pub mod idle;
 pub mod masks;
 pub mod morsel;
+mod observe;
 pub mod os_thread;
 pub mod overhead;
 pub mod pins;

@@ -15,6 +15,7 @@ use crate::group::{QueryHandle, ResourceGroup, TaskSetEntry};
 use crate::idle::Idle;
 use crate::masks::{MaskKind, UpdateMasks};
 use crate::morsel::{AdaptiveMorsels, MorselPolicy};
+use crate::observe::WorkerCounters;
 use crate::overhead::DecisionLog;
 use crate::pins::Pins;
 use crate::policy::{DecayParams, GroupFacts, Policy};
@@ -24,7 +25,7 @@ use crate::task::{QueryError, TaskSetWork};
 use crate::topology::Topology;
 use crate::trace::Tracer;
 use crate::tuning::{TuningConfig, TuningReport, TUNING_REPORTS};
-use crate::worker::{self, WorkerCounters, WorkerStats};
+use crate::worker::{self, WorkerStats};
 
 /// Stack of a worker thread. Tasks evaluate expressions recursively, as deep
 /// as the deepest expression the SQL layer accepts (`stride_sql::limits`

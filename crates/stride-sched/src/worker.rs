@@ -19,7 +19,7 @@
 //! [`crate::pins`].
 //!
 //! Besides the protocol, a worker keeps (all off the decision path unless
-//! enabled): its statistics ([`WorkerCounters`], plain Relaxed counters only
+//! enabled), reported through [`crate::observe`]: its statistics ([`WorkerCounters`], plain Relaxed counters only
 //! it writes), its trace buffer ([`crate::trace`], when a tracer is
 //! configured) and, on worker 0 with self-tuning on, the tracking schedule
 //! ([`crate::tuning::TuningDriver`]): tracking records each task; tuning
@@ -27,13 +27,14 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+use std::sync::atomic::Ordering as StdOrdering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::decision::{DecisionCore, SlotState};
 use crate::group::{ResourceGroup, TaskSetEntry};
 use crate::masks::MaskKind;
+use crate::observe::{Observers, TaskEnd, WorkerCounters};
 use crate::os_thread::{self, OsSetup};
 use crate::overhead::DecisionClock;
 use crate::pins::Coordination;
@@ -68,55 +69,13 @@ pub struct WorkerStats {
     pub os: OsSetup,
 }
 
-/// A worker's statistics counters. Each is written only by its worker, as
-/// a Relaxed load and store (no read-modify-write on the task path), and
-/// read Relaxed by [`crate::Scheduler::worker_stats`]: they publish nothing
-/// and are monotone, so a reader sees some recent value of each, not a
-/// consistent snapshot of all of them. Aligned so that workers' counters do not
-/// share a cache line.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct WorkerCounters {
-    tasks: StdAtomicU64,
-    busy_ns: StdAtomicU64,
-    idle_sleeps: StdAtomicU64,
-    finalizations: StdAtomicU64,
-    preemptions: StdAtomicU64,
-    handover_tasks: StdAtomicU64,
-    /// Set once by the worker after its thread set-up.
-    os: std::sync::OnceLock<OsSetup>,
-}
-
-impl WorkerCounters {
-    fn add(counter: &StdAtomicU64, by: u64) {
-        counter.store(
-            counter.load(StdOrdering::Relaxed).wrapping_add(by),
-            StdOrdering::Relaxed,
-        );
-    }
-
-    pub(crate) fn snapshot(&self, worker: usize) -> WorkerStats {
-        WorkerStats {
-            worker,
-            tasks: self.tasks.load(StdOrdering::Relaxed),
-            busy: Duration::from_nanos(self.busy_ns.load(StdOrdering::Relaxed)),
-            idle_sleeps: self.idle_sleeps.load(StdOrdering::Relaxed),
-            finalizations: self.finalizations.load(StdOrdering::Relaxed),
-            preemptions: self.preemptions.load(StdOrdering::Relaxed),
-            handover_tasks: self.handover_tasks.load(StdOrdering::Relaxed),
-            os: self.os.get().copied().unwrap_or_default(),
-        }
-    }
-}
-
 /// One worker thread's state.
 struct Worker {
     shared: Arc<Shared>,
     index: usize,
     local: DecisionCore,
     clock: Option<DecisionClock>,
-    trace: Option<WorkerTrace>,
-    tuning: Option<TuningDriver>,
+    observers: Observers,
 }
 
 pub(crate) fn run(shared: Arc<Shared>, index: usize) {
@@ -153,8 +112,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
         index,
         local,
         clock,
-        trace,
-        tuning,
+        observers: Observers::new(index, trace, tuning),
     }
     .run();
 }
@@ -172,7 +130,7 @@ impl Worker {
                 return;
             }
             self.sync_policy();
-            if self.tuning.is_some() {
+            if self.observers.tuning().is_some() {
                 self.tuning_step();
             }
             let index = self.index;
@@ -232,7 +190,7 @@ impl Worker {
     /// over, tunes the decay parameters on the tracked workload and pushes
     /// them.
     fn tuning_step(&mut self) {
-        let Some(driver) = &mut self.tuning else {
+        let Some(driver) = self.observers.tuning() else {
             return;
         };
         let now = self.shared.started.elapsed();
@@ -331,39 +289,18 @@ impl Worker {
                 ran = shared.config.clock.since(measured);
             }
             self.local.charge(k, ran, shared.config.t_max);
-            account(group, e.stage, ran, &ctx);
-            let end = start + ran;
-            group.counters.sample_priority(
-                end.saturating_duration_since(group.submitted),
-                self.local.priority(k),
-                shared.config.t_max,
-            );
-            let counters = &shared.worker_counters[self.index];
-            WorkerCounters::add(&counters.tasks, 1);
-            WorkerCounters::add(&counters.busy_ns, ran.as_nanos() as u64);
-            if ctx.preempted {
-                WorkerCounters::add(&counters.preemptions, 1);
-            }
-            if handover.is_some() {
-                WorkerCounters::add(&counters.handover_tasks, 1);
-            }
-            if let Some(t) = &self.trace {
-                t.record(
+            self.observers.task_ended(
+                shared,
+                &TaskEnd {
+                    group,
+                    stage: e.stage,
                     start,
-                    end,
-                    group.id,
-                    e.stage,
-                    ctx.morsels,
-                    ctx.tuples,
-                    false,
-                );
-            }
-            if let Some(driver) = &mut self.tuning {
-                if driver.is_tracking() {
-                    let arrival = group.submitted.saturating_duration_since(shared.started);
-                    driver.record(group.id, arrival, ran);
-                }
-            }
+                    ran,
+                    ctx: &ctx,
+                    priority: self.local.priority(k),
+                    handover: handover.is_some(),
+                },
+            );
             let outcome = match result {
                 Ok(Ok(outcome)) => (outcome == TaskOutcome::Exhausted, None),
                 Ok(Err(err)) => (true, Some(QueryError::Failed(err))),
@@ -399,18 +336,17 @@ impl Worker {
     /// planned one — into the same slot (return mask), or completes the
     /// group and hands the slot to the next waiting group (change mask) or
     /// back to admission. Finally frees the entry.
-    fn finalize(&self, done: NonNull<TaskSetEntry>) {
+    fn finalize(&mut self, done: NonNull<TaskSetEntry>) {
         let shared = &*self.shared;
         // SAFETY: we are the entry's finalizer; it is freed only at the end
         // of this function, by us.
         let entry = unsafe { done.as_ref() };
         let group = &entry.group;
-        let counters = &shared.worker_counters[self.index];
-        WorkerCounters::add(&counters.finalizations, 1);
         if group.is_cancelled() {
             group.fail(QueryError::Cancelled);
         }
         let mut follow_ups = FollowUps::new();
+        let mut ran = None;
         if !group.has_failed() {
             let start = Instant::now();
             let cx = FinalizeContext::new(&group.cancelled);
@@ -419,17 +355,9 @@ impl Worker {
                 Ok(Err(err)) => group.fail(QueryError::Failed(err)),
                 Err(panic) => group.fail(QueryError::Panicked(panic_message(&panic))),
             }
-            let end = Instant::now();
-            let took = end.saturating_duration_since(start).as_nanos() as u64;
-            group
-                .counters
-                .finalize_ns
-                .fetch_add(took, StdOrdering::Relaxed);
-            WorkerCounters::add(&counters.busy_ns, took);
-            if let Some(t) = &self.trace {
-                t.record(start, end, group.id, entry.stage, 0, 0, true);
-            }
+            ran = Some((start, Instant::now()));
         }
+        self.observers.finalized(shared, group, entry.stage, ran);
         let next = if group.has_failed() || group.is_cancelled() {
             None
         } else {
@@ -485,29 +413,6 @@ fn next_task_set(
         .task_sets
         .get(planned)
         .map(|work| (planned, work.clone()))
-}
-
-/// Adds a task's CPU time, morsels and tuples to its group's accounting
-/// (once per task; the morsel-size statistics come from the task's context).
-fn account(group: &ResourceGroup, stage: usize, ran: Duration, ctx: &TaskContext<'_>) {
-    let c = &group.counters;
-    let ns = ran.as_nanos() as u64;
-    c.cpu_ns.fetch_add(ns, StdOrdering::Relaxed);
-    c.task_set_cpu_ns[stage].fetch_add(ns, StdOrdering::Relaxed);
-    c.tasks.fetch_add(1, StdOrdering::Relaxed);
-    if ctx.morsels > 0 {
-        c.morsels.fetch_add(ctx.morsels, StdOrdering::Relaxed);
-        c.task_set_morsels[stage].fetch_add(ctx.morsels, StdOrdering::Relaxed);
-        c.tuples.fetch_add(ctx.tuples, StdOrdering::Relaxed);
-        c.morsel_min.fetch_min(ctx.morsel_min, StdOrdering::Relaxed);
-        c.morsel_max.fetch_max(ctx.morsel_max, StdOrdering::Relaxed);
-        let mut used = ctx.used_buckets;
-        while used != 0 {
-            let b = used.trailing_zeros() as usize;
-            used &= used - 1;
-            c.morsel_buckets[b].fetch_add(u64::from(ctx.buckets[b]), StdOrdering::Relaxed);
-        }
-    }
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
