@@ -48,6 +48,7 @@
 //!   fake); which worker belongs to which node and is pinned to which cpu.
 
 pub mod admission;
+pub mod binding;
 pub mod cancel;
 pub mod clock;
 mod decision;

@@ -10,10 +10,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::admission::{Admission, Admit};
+use crate::binding::Binding;
 use crate::clock::Clock;
 use crate::group::{QueryHandle, ResourceGroup, TaskSetEntry};
 use crate::idle::Idle;
-use crate::masks::{MaskKind, UpdateMasks};
+use crate::masks::UpdateMasks;
 use crate::morsel::{AdaptiveMorsels, MorselPolicy};
 use crate::observe::WorkerCounters;
 use crate::overhead::DecisionLog;
@@ -187,12 +188,18 @@ impl Shared {
     /// `by_worker`: the caller is a worker, which decides again afterwards.
     fn bind(&self, slot: usize, group: Arc<ResourceGroup>, arrival: u64, by_worker: bool) {
         let first = group.task_sets[0].clone();
-        self.slots.install(
-            slot,
-            Box::new(TaskSetEntry::planned(group, 0, slot, arrival)),
-        );
-        self.masks.push(MaskKind::Change, slot);
+        let entry = Box::new(TaskSetEntry::planned(group, 0, slot, arrival));
+        self.binding().bind(slot, entry);
         self.wake_for(&*first, by_worker);
+    }
+
+    /// The slots, masks and admission queue, for [`crate::binding`].
+    pub(crate) fn binding(&self) -> Binding<'_, TaskSetEntry, Arc<ResourceGroup>> {
+        Binding {
+            slots: &self.slots,
+            masks: &self.masks,
+            admission: &self.admission,
+        }
     }
 
     /// After `work` was installed (its mask bits pushed): wakes as many
@@ -237,8 +244,9 @@ impl Shared {
     /// clears it, then hands it to the oldest waiting group or frees it.
     /// Only workers call it (the bind's wake counts on that).
     pub(crate) fn release_slot(&self, slot: usize) {
-        self.slots.clear(slot);
-        if let Some((group, arrival)) = self.admission.release(slot) {
+        // The cleared entry is the caller's to reclaim (it is finalizing it).
+        let (_, next) = self.binding().release(slot);
+        if let Some((group, arrival)) = next {
             self.bind(slot, group, arrival, true);
         }
     }

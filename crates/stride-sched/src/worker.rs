@@ -372,8 +372,7 @@ impl Worker {
                     entry.slot,
                     entry.arrival,
                 );
-                shared.slots.install(entry.slot, Box::new(next));
-                shared.masks.push(MaskKind::Return, entry.slot);
+                shared.binding().install_next(entry.slot, Box::new(next));
                 shared.wake_for(&*work, true);
             }
             None => {

@@ -6,7 +6,7 @@
 //! RUSTFLAGS="--cfg loom" cargo test -p stride-sched --test loom --release
 //! ```
 //!
-//! The models drive the crate's own `UpdateMasks`, `SlotArray`, `Pins`,
+//! The models drive the crate's own `UpdateMasks`, `SlotArray`, `Pins`, `Binding`,
 //! `Admission` and `Idle` (their atomics, mutexes and condition variables
 //! come from `stride_sched::sync`, i.e. loom's under this cfg). "Tasks" write to loom `UnsafeCell`s and the
 //! finalizer reads them and marks the entry freed through another cell, so
@@ -24,6 +24,7 @@ use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
 use stride_sched::admission::{Admission, Admit};
+use stride_sched::binding::Binding;
 use stride_sched::idle::Idle;
 use stride_sched::masks::{MaskKind, UpdateMasks};
 use stride_sched::pins::{Coordination, Finalizable, Pins};
@@ -246,20 +247,37 @@ fn slot_reuse_by_the_next_task_set_with_stale_pins() {
 
 // (c) ------------------------------------------------------------------
 
-/// Binds `group` to `slot` (owned by the caller): install, change mask.
-fn bind(slots: &SlotArray<u64>, masks: &UpdateMasks, slot: usize, group: u64) {
-    slots.install(slot, Box::new(group));
-    masks.push(MaskKind::Change, slot);
+/// Binds `group` to `slot` (owned by the caller) with the scheduler's own
+/// [`Binding::bind`]: install, change mask.
+fn bind(
+    slots: &SlotArray<u64>,
+    masks: &UpdateMasks,
+    adm: &Admission<u64>,
+    slot: usize,
+    group: u64,
+) {
+    let binding = Binding {
+        slots,
+        masks,
+        admission: adm,
+    };
+    binding.bind(slot, Box::new(group));
 }
 
-/// The finalizer of slot 0's group gives the slot up: clear, then hand it to
-/// the oldest waiting group (or free it).
+/// The finalizer of slot 0's group gives the slot up with the scheduler's
+/// own [`Binding::release`]: clear, then hand it to the oldest waiting group
+/// (bound here) or free it.
 fn release(slots: &SlotArray<u64>, masks: &UpdateMasks, adm: &Admission<u64>) {
-    let old = slots.clear(0).expect("the slot was bound");
+    let binding = Binding {
+        slots,
+        masks,
+        admission: adm,
+    };
+    let (old, next) = binding.release(0);
     // SAFETY: the releasing thread owns the slot and its entry.
-    unsafe { SlotArray::reclaim(old) };
-    if let Some((group, _)) = adm.release(0) {
-        bind(slots, masks, 0, group);
+    unsafe { SlotArray::reclaim(old.expect("the slot was bound")) };
+    if let Some((group, _)) = next {
+        bind(slots, masks, adm, 0, group);
     }
 }
 
@@ -275,7 +293,7 @@ fn slot_reuse_and_wait_queue_admission_lose_no_group() {
         let masks = Arc::new(UpdateMasks::new(1, 1));
         let admission = Arc::new(Admission::<u64>::new(1));
         match admission.admit(1) {
-            Admit::Slot { group, slot, .. } => bind(&slots, &masks, slot, group),
+            Admit::Slot { group, slot, .. } => bind(&slots, &masks, &admission, slot, group),
             _ => unreachable!("one free slot"),
         }
         assert!(masks.pull(0, |_, _| {}));
@@ -287,12 +305,12 @@ fn slot_reuse_and_wait_queue_admission_lose_no_group() {
             let (slots, masks, admission) = (slots.clone(), masks.clone(), admission.clone());
             thread::spawn(move || {
                 if let Admit::Slot { group, slot, .. } = admission.admit(2) {
-                    bind(&slots, &masks, slot, group);
+                    bind(&slots, &masks, &admission, slot, group);
                 }
             })
         };
         if let Admit::Slot { group, slot, .. } = admission.admit(3) {
-            bind(&slots, &masks, slot, group);
+            bind(&slots, &masks, &admission, slot, group);
         }
         finalizer.join().unwrap();
         submitter.join().unwrap();
