@@ -77,7 +77,9 @@ pub use group::{QueryHandle, QueryStats, ResourceGroupId};
 pub use morsel::{AdaptiveMorsels, MorselPolicy, MorselState};
 pub use os_thread::OsSetup;
 pub use overhead::{measure_decision_overhead, DecisionOverhead};
-pub use policy::{DecayParams, GroupFacts, Policy, TaskSetEstimate, ThresholdParams};
+pub use policy::{
+    CustomPolicy, DecayParams, GroupFacts, Policy, RankRule, TaskSetEstimate, ThresholdParams,
+};
 pub use scheduler::{Scheduler, SchedulerConfig, WorkerOsPriority};
 pub use sim::{SimConfig, SimJob, SimResult, SimTaskSet};
 pub use task::{

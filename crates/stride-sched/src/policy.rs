@@ -136,6 +136,73 @@ pub enum Policy {
     IfSrpt,
     /// IF-SRPT at low load, SRPT at high load.
     Threshold(ThresholdParams),
+    /// A policy defined outside this crate ([`RankRule`]): a new policy is
+    /// one implementation of that trait, not an edit of this enum and of
+    /// every match on it.
+    Custom(CustomPolicy),
+}
+
+/// A scheduling policy as a rule over a group's [`StrideState`], for
+/// policies beyond the built-in ones ([`Policy::Custom`]). The decision core
+/// (`decision.rs`) and the simulator call it exactly where they call the
+/// built-in policies' arithmetic; every method but [`RankRule::rank`] has
+/// the default of a policy without priorities that change.
+pub trait RankRule: Send + Sync {
+    /// The name shown by `SHOW stride.policy` and in reports.
+    fn name(&self) -> &'static str;
+
+    /// A group's rank: a worker serves the runnable group of smallest rank
+    /// (ties: the earlier arrival). Must be cheap: it runs on every
+    /// decision when the rank is not stable, on every state change of the
+    /// group when it is.
+    fn rank(&self, state: &StrideState, ctx: &mut RankContext<'_>) -> f64;
+
+    /// The priority a group enters with (its user priority already
+    /// sanitized in `user_priority`).
+    fn initial_priority(&self, user_priority: f64) -> f64 {
+        BASE_PRIORITY * user_priority
+    }
+
+    /// Called after a task was charged: `quanta_before` is the group's
+    /// quanta before the charge (priority decay, if the rule has one).
+    fn charged(&self, state: &mut StrideState, quanta_before: f64) {
+        let _ = (state, quanta_before);
+    }
+
+    /// Whether a group's rank changes only with its own state (and
+    /// [`RankRule::high_load`]): then ranks are cached between changes.
+    fn rank_is_stable(&self) -> bool {
+        true
+    }
+
+    /// A load regime the rank depends on (as THRESHOLD's): when its value
+    /// flips, every cached rank is recomputed.
+    fn high_load(&self, active_groups: usize, workers: usize) -> bool {
+        let _ = (active_groups, workers);
+        false
+    }
+}
+
+/// A [`RankRule`] as a policy value: cloned cheaply, equal only to itself.
+#[derive(Clone)]
+pub struct CustomPolicy(pub Arc<dyn RankRule>);
+
+impl CustomPolicy {
+    pub fn new(rule: impl RankRule + 'static) -> Self {
+        CustomPolicy(Arc::new(rule))
+    }
+}
+
+impl std::fmt::Debug for CustomPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CustomPolicy").field(&self.0.name()).finish()
+    }
+}
+
+impl PartialEq for CustomPolicy {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Policy {
@@ -164,6 +231,7 @@ impl Policy {
             Policy::Srpt => "srpt",
             Policy::IfSrpt => "if-srpt",
             Policy::Threshold(_) => "threshold",
+            Policy::Custom(c) => c.0.name(),
         }
     }
 
@@ -182,7 +250,11 @@ impl Policy {
     /// events (the worker's local view does). Lottery's ranks are fresh
     /// random draws per decision: not stable.
     pub fn rank_is_stable(&self) -> bool {
-        !matches!(self, Policy::Lottery)
+        match self {
+            Policy::Lottery => false,
+            Policy::Custom(c) => c.0.rank_is_stable(),
+            _ => true,
+        }
     }
 
     /// THRESHOLD's load regime: `true` (rank as SRPT) while
@@ -191,6 +263,7 @@ impl Policy {
     pub fn high_load(&self, active_groups: usize, workers: usize) -> bool {
         match self {
             Policy::Threshold(t) => active_groups as f64 > t.load * workers.max(1) as f64,
+            Policy::Custom(c) => c.0.high_load(active_groups, workers),
             _ => false,
         }
     }
@@ -383,6 +456,7 @@ impl StrideState {
         };
         let priority = match policy {
             Policy::Stride(d) => d.p0 * user_priority,
+            Policy::Custom(c) => c.0.initial_priority(user_priority),
             _ => BASE_PRIORITY * user_priority,
         };
         StrideState {
@@ -464,6 +538,7 @@ impl StrideState {
                     self.if_srpt_rank()
                 }
             }
+            Policy::Custom(c) => c.0.rank(self, ctx),
         }
     }
 
@@ -479,6 +554,10 @@ impl StrideState {
         self.pass += q / self.priority.max(1e-9);
         let before = self.quanta;
         self.quanta += q;
+        if let Policy::Custom(c) = policy {
+            c.0.charged(self, before);
+            return;
+        }
         if let Policy::Stride(d) = policy {
             if self.static_priority {
                 return;

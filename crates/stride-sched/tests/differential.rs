@@ -16,7 +16,8 @@
 //!   policy.
 //!
 //! Every task (job, task set, start, length) and every completion time must
-//! be identical, under every policy, with and without preemption points.
+//! be identical, under every policy (a custom [`RankRule`] among them), with
+//! and without preemption points.
 //! One worker makes the real run deterministic; with more, the interleaving
 //! of real threads decides ties the simulator cannot know.
 
@@ -25,12 +26,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use stride_sched::policy::Rng;
+use stride_sched::policy::{RankContext, Rng, StrideState as StridePolicyState};
 use stride_sched::sim::{simulate, SimConfig, SimJob, SimTaskSet};
 use stride_sched::{
-    Clock, DecayParams, FinalizeContext, FollowUps, MorselPolicy, Policy, QueryHandle, Scheduler,
-    SchedulerConfig, TaskContext, TaskError, TaskOutcome, TaskSetWork, ThresholdParams,
-    VirtualClock, WorkerOsPriority,
+    Clock, CustomPolicy, DecayParams, FinalizeContext, FollowUps, MorselPolicy, Policy,
+    QueryHandle, RankRule, Scheduler, SchedulerConfig, TaskContext, TaskError, TaskOutcome,
+    TaskSetWork, ThresholdParams, VirtualClock, WorkerOsPriority,
 };
 
 /// Morsel length (virtual ns); every amount of work is a multiple of it.
@@ -271,7 +272,21 @@ fn policies() -> Vec<Policy> {
         Policy::Srpt,
         Policy::IfSrpt,
         Policy::Threshold(ThresholdParams::default()),
+        Policy::Custom(CustomPolicy::new(Lifo)),
     ]
+}
+
+/// A policy from outside the crate: the latest arrival first.
+struct Lifo;
+
+impl RankRule for Lifo {
+    fn name(&self) -> &'static str {
+        "lifo"
+    }
+
+    fn rank(&self, state: &StridePolicyState, _: &mut RankContext<'_>) -> f64 {
+        -(state.arrival as f64)
+    }
 }
 
 #[test]
