@@ -206,6 +206,7 @@ impl Server {
             engine
                 .roles()
                 .set_password(stride_sql::roles::BOOTSTRAP_ROLE_ID, Some(verifier.clone()))
+                .and_then(|()| engine.persist_security())
                 .map_err(|e| ServerError::Io(std::io::Error::other(e.to_string())))?;
         }
         let listener =

@@ -56,16 +56,21 @@ pub enum CatalogOp {
         schema: String,
         table: String,
     },
+    /// Replaces the security catalog — roles, table owners, grants — as its
+    /// owner (the SQL layer's `roles`) encoded it. Storage keeps, logs and
+    /// checkpoints the bytes without reading them.
+    PutSecurity(Arc<Vec<u8>>),
 }
 
 impl CatalogOp {
-    /// The schema the operation changes.
-    pub fn schema(&self) -> &str {
+    /// The schema the operation changes (`None`: the security catalog).
+    pub fn schema(&self) -> Option<&str> {
         match self {
-            CatalogOp::CreateSchema(s) | CatalogOp::DropSchema(s) => s,
+            CatalogOp::CreateSchema(s) | CatalogOp::DropSchema(s) => Some(s),
             CatalogOp::PutTable { schema, .. }
             | CatalogOp::Append { schema, .. }
-            | CatalogOp::DropTable { schema, .. } => schema,
+            | CatalogOp::DropTable { schema, .. } => Some(schema),
+            CatalogOp::PutSecurity(_) => None,
         }
     }
 }
@@ -76,6 +81,9 @@ impl CatalogOp {
 pub struct CatalogState {
     schemas: BTreeMap<String, BTreeMap<String, Arc<Table>>>,
     transient: BTreeSet<String>,
+    /// The security catalog's bytes ([`CatalogOp::PutSecurity`]), if any
+    /// were ever committed.
+    security: Option<Arc<Vec<u8>>>,
 }
 
 impl Default for CatalogState {
@@ -85,6 +93,7 @@ impl Default for CatalogState {
         CatalogState {
             schemas,
             transient: BTreeSet::new(),
+            security: None,
         }
     }
 }
@@ -102,6 +111,16 @@ impl CatalogState {
     /// Whether `schema` holds generated data that is never persisted.
     pub fn is_transient(&self, schema: &str) -> bool {
         self.transient.contains(schema)
+    }
+
+    /// The security catalog's bytes, as last committed.
+    pub fn security(&self) -> Option<&Arc<Vec<u8>>> {
+        self.security.as_ref()
+    }
+
+    /// Whether `op` is logged: everything but changes of transient schemas.
+    pub fn is_logged(&self, op: &CatalogOp) -> bool {
+        op.schema().is_none_or(|s| !self.is_transient(s))
     }
 
     /// Every schema with its tables.
@@ -152,6 +171,7 @@ impl CatalogState {
                     return Err(StorageError::TableNotFound(format!("{schema}.{table}")));
                 }
             }
+            CatalogOp::PutSecurity(bytes) => self.security = Some(bytes.clone()),
         }
         Ok(())
     }
@@ -347,6 +367,11 @@ impl Catalog {
     /// Whether `schema` holds generated data that is never persisted.
     pub fn is_transient(&self, schema: &str) -> bool {
         self.read().transient.contains(schema)
+    }
+
+    /// The security catalog's bytes, as readers see them.
+    pub fn security(&self) -> Option<Arc<Vec<u8>>> {
+        self.read().security.clone()
     }
 
     pub fn schema_names(&self) -> Vec<String> {

@@ -7,6 +7,8 @@
 //!                               listing schemas and tables (metadata: format
 //!                               version, checkpoint LSN, time)
 //!    checkpoints/<LSN>/<i>.arrow one Arrow IPC stream per table of that checkpoint
+//!    checkpoints/<LSN>/security.bin  the security catalog (roles, owners,
+//!                               grants) as the SQL layer encoded it
 //!    wal/<start LSN>.log        log segments (format: [`crate::wal`])
 //! ```
 //!
@@ -64,6 +66,8 @@ use crate::wal;
 
 /// The manifest's format version.
 const FORMAT_VERSION: &str = "1";
+/// A checkpoint's copy of the security catalog ([`CatalogOp::PutSecurity`]).
+const SECURITY_FILE: &str = "security.bin";
 /// Log bytes after which a commit triggers a checkpoint, unless configured.
 pub const DEFAULT_CHECKPOINT_LOG_BYTES: u64 = 256 << 20;
 
@@ -302,14 +306,14 @@ impl DataDir {
         catalog: &Catalog,
     ) -> Result<CheckpointInfo> {
         // A consistent cut: no commit between the rotation and the snapshot.
-        let (lsn, schemas) = catalog.read_head(|state| -> Result<_> {
+        let (lsn, schemas, security) = catalog.read_head(|state| -> Result<_> {
             let lsn = self.rotate()?;
             let schemas: Vec<(String, Vec<Arc<Table>>)> = state
                 .schemas()
                 .filter(|(name, _)| !state.is_transient(name))
                 .map(|(name, tables)| (name.clone(), tables.values().cloned().collect()))
                 .collect();
-            Ok((lsn, schemas))
+            Ok((lsn, schemas, state.security().cloned()))
         })?;
         // Every change of a persistent table is logged: the same LSN is the
         // same state. Writing it again would overwrite the files the
@@ -337,6 +341,15 @@ impl DataDir {
                 );
                 tables += 1;
             }
+        }
+        if let Some(blob) = &security {
+            let path = dir.join(SECURITY_FILE);
+            let mut f = create_file(&path)?;
+            f.write_all(blob).map_err(|e| StorageError::io(&path, e))?;
+            f.sync_all().map_err(|e| StorageError::io(&path, e))?;
+            bytes += blob.len() as u64;
+            // "rows" holds the file's length: a short file is refused.
+            entries.push("security", "", None, Some(SECURITY_FILE), blob.len() as u64);
         }
         sync_dir(&dir)?;
         sync_dir(&self.path.join("checkpoints"))?;
@@ -808,6 +821,19 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
     }))
 }
 
+/// A file a checkpoint's manifest names.
+fn checkpoint_file(path: &Path, what: &str) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|e| unrecoverable(path, format!("a checkpoint's {what} file: {e}")))
+}
+
+/// A checkpoint file that does not hold what the manifest says it holds.
+fn disagrees(path: &Path, what: &str, holds: usize, unit: &str, manifest: u64) -> StorageError {
+    unrecoverable(
+        path,
+        format!("the {what} holds {holds} {unit}, the manifest says {manifest}"),
+    )
+}
+
 /// Loads a checkpoint's schemas and tables; returns (tables, bytes).
 fn load_checkpoint(path: &Path, m: &Manifest, catalog: &Catalog) -> Result<(usize, u64)> {
     let dir = path.join("checkpoints").join(format!("{:020}", m.lsn));
@@ -838,21 +864,18 @@ fn load_checkpoint(path: &Path, m: &Manifest, catalog: &Catalog) -> Result<(usiz
                 }
                 "table" if !table.is_null(i) && !file.is_null(i) => {
                     let fpath = dir.join(file.value(i));
-                    let data = fs::read(&fpath).map_err(|e| {
-                        unrecoverable(&fpath, format!("a checkpoint's table file: {e}"))
-                    })?;
+                    let data = checkpoint_file(&fpath, "table")?;
                     bytes += data.len() as u64;
                     let (arrow_schema, blocks) = wal::read_ipc_stream(&data)
                         .map_err(|e| unrecoverable(&fpath, format!("corrupt table file: {e}")))?;
                     let t = Table::new(table.value(i), arrow_schema, blocks)?;
                     if t.num_rows() as u64 != rows.value(i) {
-                        return Err(unrecoverable(
+                        return Err(disagrees(
                             &fpath,
-                            format!(
-                                "the table file holds {} rows, the manifest says {}",
-                                t.num_rows(),
-                                rows.value(i)
-                            ),
+                            "table file",
+                            t.num_rows(),
+                            "rows",
+                            rows.value(i),
                         ));
                     }
                     ops.push(CatalogOp::PutTable {
@@ -860,6 +883,21 @@ fn load_checkpoint(path: &Path, m: &Manifest, catalog: &Catalog) -> Result<(usiz
                         table: Arc::new(t),
                     });
                     tables += 1;
+                }
+                "security" if !file.is_null(i) => {
+                    let fpath = dir.join(file.value(i));
+                    let data = checkpoint_file(&fpath, "security")?;
+                    if data.len() as u64 != rows.value(i) {
+                        return Err(disagrees(
+                            &fpath,
+                            "security file",
+                            data.len(),
+                            "bytes",
+                            rows.value(i),
+                        ));
+                    }
+                    bytes += data.len() as u64;
+                    ops.push(CatalogOp::PutSecurity(Arc::new(data)));
                 }
                 other => return Err(bad(format!("corrupt manifest: an entry of kind {other}"))),
             }
@@ -983,6 +1021,51 @@ mod tests {
         assert_eq!(dir.recovery().records_replayed, 1);
         assert_eq!(dir.recovery().tables_loaded, 1);
         drop(dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn the_security_catalog_survives_the_log_and_a_checkpoint() {
+        let path = temp_dir("security");
+        let put = |bytes: &[u8]| vec![CatalogOp::PutSecurity(Arc::new(bytes.to_vec()))];
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            assert_eq!(catalog.security(), None);
+            commit(&dir, &catalog, put(b"first"));
+            commit(&dir, &catalog, put(b"second"));
+        }
+        {
+            // From the log: the last one committed.
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            assert_eq!(
+                catalog.security().as_deref().map(Vec::as_slice),
+                Some(&b"second"[..])
+            );
+            dir.checkpoint(&catalog).unwrap();
+        }
+        {
+            // From the checkpoint alone (its log segments are gone).
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            assert_eq!(dir.recovery().records_replayed, 0);
+            assert_eq!(
+                catalog.security().as_deref().map(Vec::as_slice),
+                Some(&b"second"[..])
+            );
+            let ckpt = dir.status().checkpoint.unwrap().lsn;
+            drop(dir);
+            // A truncated copy is refused, not read as less.
+            let file = path
+                .join("checkpoints")
+                .join(format!("{ckpt:020}"))
+                .join(SECURITY_FILE);
+            fs::write(&file, b"sec").unwrap();
+        }
+        let catalog = Catalog::new();
+        let err = DataDir::open(&config(&path), &catalog).unwrap_err();
+        assert!(err.to_string().contains("security file"), "{err}");
         fs::remove_dir_all(&path).unwrap();
     }
 

@@ -46,6 +46,7 @@ const TAG_DROP_SCHEMA: u8 = 2;
 const TAG_PUT_TABLE: u8 = 3;
 const TAG_APPEND: u8 = 4;
 const TAG_DROP_TABLE: u8 = 5;
+const TAG_PUT_SECURITY: u8 = 6;
 
 /// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320) lookup table.
 const CRC_TABLE: [u32; 256] = {
@@ -130,6 +131,10 @@ pub fn encode_op(op: &CatalogOp) -> Result<Vec<u8>> {
             put_str(&mut out, schema);
             put_str(&mut out, table);
         }
+        CatalogOp::PutSecurity(bytes) => {
+            out.push(TAG_PUT_SECURITY);
+            put_bytes(&mut out, bytes);
+        }
     }
     Ok(out)
 }
@@ -179,6 +184,7 @@ pub fn decode_payload(payload: &[u8]) -> Result<Vec<CatalogOp>> {
                 schema: r.str()?,
                 table: r.str()?,
             },
+            TAG_PUT_SECURITY => CatalogOp::PutSecurity(Arc::new(r.bytes()?.to_vec())),
             other => return Err(corrupt(format!("unknown operation tag {other}"))),
         };
         ops.push(op);
@@ -244,8 +250,12 @@ fn corrupt(reason: String) -> StorageError {
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
+    put_bytes(out, s.as_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
 }
 
 fn put_ipc(out: &mut Vec<u8>, schema: &SchemaRef, blocks: &[RecordBatch]) -> Result<()> {
@@ -284,9 +294,13 @@ impl<'a> Reader<'a> {
         ))
     }
 
-    fn str(&mut self) -> Result<String> {
+    fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.u32()? as usize;
-        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| corrupt("a name is not UTF-8".into()))
+        self.take(n)
+    }
+
+    fn str(&mut self) -> Result<String> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| corrupt("a name is not UTF-8".into()))
     }
 
     fn ipc(&mut self) -> Result<(SchemaRef, Vec<RecordBatch>)> {

@@ -207,6 +207,9 @@ pub struct Engine {
     spill: Mutex<Arc<stride_exec::SpillArea>>,
     /// The data directory commits are logged to (`--data-dir`); set once.
     data_dir: std::sync::OnceLock<Arc<stride_storage::durable::DataDir>>,
+    /// The roles' generation last written to the data directory; its mutex
+    /// orders the writes, so a later write never carries an older catalog.
+    security_persisted: std::sync::Mutex<u64>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -282,6 +285,7 @@ impl Engine {
                 area
             }),
             data_dir: std::sync::OnceLock::new(),
+            security_persisted: std::sync::Mutex::new(0),
         })
     }
 
@@ -298,6 +302,13 @@ impl Engine {
             ));
         }
         let dir = stride_storage::durable::DataDir::open(config, &self.catalog)?;
+        if let Some(bytes) = self.catalog.security() {
+            self.roles.restore(&bytes)?;
+        }
+        *self
+            .security_persisted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = self.roles.generation();
         let dir = self.data_dir.get_or_init(|| Arc::new(dir));
         Ok(dir.recovery())
     }

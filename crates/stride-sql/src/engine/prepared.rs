@@ -386,6 +386,7 @@ impl Session {
                         .engine
                         .roles
                         .execute(s.role, statement, &s.engine.catalog)?;
+                    s.engine.persist_security()?;
                     Ok(command(tag))
                 })
             }

@@ -295,7 +295,9 @@ impl Session {
             }
             CatalogOp::Append { schema, table, .. } => Some((schema.clone(), table.clone(), false)),
             CatalogOp::DropTable { schema, table } => Some((schema.clone(), table.clone(), true)),
-            CatalogOp::CreateSchema(_) | CatalogOp::DropSchema(_) => None,
+            CatalogOp::CreateSchema(_) | CatalogOp::DropSchema(_) | CatalogOp::PutSecurity(_) => {
+                None
+            }
         };
         let before = key.as_ref().and_then(|(s, t, _)| view.table(s, t).ok());
         // The log and the commit get an append's blocks as the table stores
@@ -397,6 +399,7 @@ impl Session {
                 RoleEffect::SchemaDropped(schema) => self.engine.roles.schema_dropped(&schema),
             }
         }
+        self.engine.persist_security()?;
         if self
             .catalog_view()
             .schema_exists(&self.default_schema.clone())
@@ -410,6 +413,28 @@ impl Session {
 }
 
 impl Engine {
+    /// Writes the roles, table owners and grants to the data directory if
+    /// they changed since they were last written (nothing without a data
+    /// directory). Called after every statement that may change them,
+    /// before it is acknowledged.
+    pub fn persist_security(&self) -> Result<()> {
+        if self.data_dir.get().is_none() {
+            return Ok(());
+        }
+        let mut persisted = self
+            .security_persisted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *persisted == self.roles.generation() {
+            return Ok(());
+        }
+        let (generation, bytes) = self.roles.encode();
+        let op = CatalogOp::PutSecurity(Arc::new(bytes));
+        self.commit_ops(std::slice::from_ref(&op), &Default::default())?;
+        *persisted = generation;
+        Ok(())
+    }
+
     /// Applies a transaction's operations atomically (see the module's
     /// documentation); with a data directory, durably.
     fn commit_ops(
@@ -424,11 +449,11 @@ impl Engine {
         let mut encoded = Vec::new();
         if dir.is_some() {
             for op in ops {
-                let transient = self.catalog.is_transient(op.schema());
-                if !transient {
+                let log = self.catalog.read_state(|state| state.is_logged(op));
+                if log {
                     encoded.push(stride_storage::wal::encode_op(op)?);
                 }
-                logged.push(!transient);
+                logged.push(log);
             }
         }
         let conflict = |what: String| StorageError::SerializationFailure(what);
@@ -448,10 +473,10 @@ impl Engine {
                 }
             }
             for (i, op) in ops.iter().enumerate() {
-                if dir.is_some() && state.is_transient(op.schema()) == logged[i] {
+                if dir.is_some() && state.is_logged(op) != logged[i] {
                     return Err(conflict(format!(
                         "schema \"{}\" was dropped or created by another transaction",
-                        op.schema()
+                        op.schema().unwrap_or_default()
                     )));
                 }
                 state

@@ -29,8 +29,12 @@
 //! `ALTER ROLE`, `DROP ROLE`, `GRANT` and `REVOKE`; [`Roles::execute`] runs
 //! one. The session checks every statement's table access against its role
 //! before running it (`Session::authorize` in `engine/mod.rs`).
+//!
+//! With a data directory the whole catalog is logged after every statement
+//! that changed it and restored at recovery (`persist.rs`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray};
@@ -43,6 +47,8 @@ use stride_storage::{Catalog, Table};
 
 use crate::error::{Result, SqlError, UndefinedKind};
 use crate::scram::Verifier;
+
+mod persist;
 
 /// A role's id (PostgreSQL: its OID).
 pub type RoleId = u32;
@@ -235,6 +241,10 @@ impl State {
 #[derive(Debug)]
 pub struct Roles {
     state: RwLock<State>,
+    /// Bumped by every write access to `state` (before the guard is handed
+    /// out): a persisted copy taken at generation `g` is current while the
+    /// generation is still `g` (`persist.rs`).
+    generation: AtomicU64,
 }
 
 impl Default for Roles {
@@ -671,6 +681,7 @@ impl Roles {
                 table_grants: HashMap::new(),
                 schema_grants,
             }),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -679,7 +690,16 @@ impl Roles {
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(|e| e.into_inner())
+        let guard = self.state.write().unwrap_or_else(|e| e.into_inner());
+        // Under the write lock: a reader that encodes under the read lock
+        // sees the generation of the state it encodes.
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        guard
+    }
+
+    /// Changes so far (see [`Roles::encode`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// The role named `name` (names are case-sensitive, as in PostgreSQL).
@@ -721,6 +741,15 @@ impl Roles {
     /// earlier table of the same name are gone.
     pub fn table_created(&self, schema: &str, table: &str, owner: RoleId) {
         let key = (schema.to_string(), table.to_string());
+        {
+            // Nothing to change (the usual case for the bootstrap role):
+            // no write, so nothing to persist either.
+            let st = self.read();
+            let owned = st.owners.get(&key).copied().unwrap_or(BOOTSTRAP_ROLE_ID);
+            if owned == owner && !st.table_grants.contains_key(&key) {
+                return;
+            }
+        }
         let mut st = self.write();
         st.table_grants.remove(&key);
         if owner == BOOTSTRAP_ROLE_ID {
@@ -733,6 +762,12 @@ impl Roles {
     /// A table was dropped (or replaced outside SQL): its owner and grants go.
     pub fn table_dropped(&self, schema: &str, table: &str) {
         let key = (schema.to_string(), table.to_string());
+        {
+            let st = self.read();
+            if !st.owners.contains_key(&key) && !st.table_grants.contains_key(&key) {
+                return;
+            }
+        }
         let mut st = self.write();
         st.owners.remove(&key);
         st.table_grants.remove(&key);
@@ -741,6 +776,15 @@ impl Roles {
     /// A schema was dropped: the owners and grants of its tables and its own
     /// grants go.
     pub fn schema_dropped(&self, schema: &str) {
+        {
+            let st = self.read();
+            let mentioned = st.owners.keys().any(|(s, _)| s == schema)
+                || st.table_grants.keys().any(|(s, _)| s == schema)
+                || st.schema_grants.contains_key(schema);
+            if !mentioned {
+                return;
+            }
+        }
         let mut st = self.write();
         st.owners.retain(|(s, _), _| s != schema);
         st.table_grants.retain(|(s, _), _| s != schema);
