@@ -1,6 +1,6 @@
 //! Statements that change the catalog: `CREATE` / `DROP SCHEMA`,
 //! `CREATE` / `DROP TABLE` (`AS SELECT` included), `CREATE EXTERNAL TABLE`,
-//! and `INSERT`.
+//! and `INSERT` (`UPDATE` and `DELETE` are in `dml.rs`).
 
 use std::sync::Arc;
 
@@ -193,6 +193,8 @@ impl Session {
                 })?;
                 Ok(command(&format!("INSERT 0 {n}")))
             }
+            WriteOp::Delete => self.delete(dml),
+            WriteOp::Update => self.update(dml),
             other => Err(SqlError::Unsupported(format!("{other}"))),
         }
     }
@@ -200,7 +202,7 @@ impl Session {
 
 impl Session {
     /// Creates or (`replacing`) replaces a table in the transaction's view.
-    fn put_table(&mut self, schema: &str, table: Table, replacing: bool) -> Result<()> {
+    pub(super) fn put_table(&mut self, schema: &str, table: Table, replacing: bool) -> Result<()> {
         let name = table.name().to_string();
         self.write_op(CatalogOp::PutTable {
             schema: schema.to_string(),

@@ -56,6 +56,7 @@ mod apply;
 mod catalog_views;
 mod cursor;
 mod ddl;
+mod dml;
 mod prepared;
 mod query;
 mod set;
