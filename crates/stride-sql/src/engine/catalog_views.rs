@@ -1,7 +1,8 @@
 //! The relations and functions of `pg_catalog` and `information_schema`
 //! as one session sees them (see `crate::pg_catalog`): views are built
-//! from the live catalog when a statement names them; the functions hold a
-//! [`PgContext`] and read the live catalog when they are evaluated.
+//! from the session's catalog — inside a transaction block its own view,
+//! with its uncommitted tables — when a statement names them; the functions
+//! hold a [`PgContext`] and read that catalog when they are evaluated.
 
 use std::sync::Arc;
 
@@ -13,9 +14,11 @@ use crate::pg_catalog::{self, CatalogState};
 use crate::roles::RoleId;
 
 /// What the catalog functions of one statement read: the engine, the
-/// session's search path and role.
+/// catalog as the session sees it (its transaction's view inside a block:
+/// its own uncommitted tables included), the search path and role.
 pub struct PgContext {
     pub(crate) engine: Arc<Engine>,
+    catalog: Arc<stride_storage::Catalog>,
     pub search_path: String,
     pub role: RoleId,
 }
@@ -27,14 +30,21 @@ impl std::fmt::Debug for PgContext {
 }
 
 impl PgContext {
-    /// The engine's catalog and roles now.
+    /// The session's catalog and the engine's roles now.
     pub fn state(&self) -> CatalogState<'_> {
-        state(&self.engine, &self.search_path, self.role, Vec::new())
+        state(
+            &self.engine,
+            &self.catalog,
+            &self.search_path,
+            self.role,
+            Vec::new(),
+        )
     }
 }
 
 fn state<'a>(
     engine: &'a Engine,
+    catalog: &'a stride_storage::Catalog,
     search_path: &'a str,
     role: RoleId,
     settings: Vec<(String, String)>,
@@ -60,7 +70,7 @@ fn state<'a>(
     functions.sort();
     functions.dedup_by(|a, b| a.0 == b.0);
     CatalogState {
-        catalog: &engine.catalog,
+        catalog,
         roles: &engine.roles,
         role,
         search_path,
@@ -75,13 +85,15 @@ impl Session {
     pub(crate) fn pg_context(&self) -> Arc<PgContext> {
         Arc::new(PgContext {
             engine: self.engine.clone(),
+            catalog: self.catalog_view().clone(),
             search_path: self.default_schema.clone(),
             role: self.role,
         })
     }
 
     /// The view a statement names: `pg_catalog.<name>` and
-    /// `information_schema.<name>` built from the live catalog, other
+    /// `information_schema.<name>` built from the session's catalog (its
+    /// transaction's view inside a block), other
     /// names as the system views of schema `stride`.
     pub(super) fn view(&self, name: &str) -> Result<Option<Table>> {
         if let Some((schema, view)) = name.split_once('.') {
@@ -89,8 +101,15 @@ impl Session {
                 let mut settings = self.settings.all();
                 settings.push(("search_path".into(), self.default_schema.clone()));
                 settings.sort();
-                return state(&self.engine, &self.default_schema, self.role, settings)
-                    .view(schema, view);
+                let catalog = self.catalog_view();
+                return state(
+                    &self.engine,
+                    catalog,
+                    &self.default_schema,
+                    self.role,
+                    settings,
+                )
+                .view(schema, view);
             }
         }
         self.engine.system_view(name, self.viewer())
