@@ -7,7 +7,10 @@
 //! writing turns one row into one CopyData payload (clients such as
 //! psycopg read a row per message).
 
-use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, StringBuilder};
+use arrow::compute::CastOptions;
 use arrow::datatypes::{DataType, FieldRef, Schema};
 use datafusion_common::ScalarValue;
 use stride_sql::{CopyFormat, CopyOptions};
@@ -43,7 +46,7 @@ type Result<T> = std::result::Result<T, CopyDataError>;
 
 /// Reads `COPY … FROM` data into batches of `fields`' types.
 pub fn decode(data: &[u8], options: &CopyOptions, fields: &[FieldRef]) -> Result<Vec<RecordBatch>> {
-    let mut columns = Columns::new(fields);
+    let mut columns = Columns::new(fields, options.format == CopyFormat::Binary);
     match options.format {
         CopyFormat::Text => read_text(data, options, &mut columns)?,
         CopyFormat::Csv => read_csv(data, options, &mut columns)?,
@@ -52,27 +55,56 @@ pub fn decode(data: &[u8], options: &CopyOptions, fields: &[FieldRef]) -> Result
     columns.finish()
 }
 
+/// One column's values of the batch being collected.
+enum Pending {
+    /// Decoded one by one (binary values, PostgreSQL's boolean spellings).
+    Scalars(Vec<ScalarValue>),
+    /// The text of each value, cast to the column's type as a whole when
+    /// the batch is cut (the cast a single value's decoding does, once per
+    /// column), with each row's line for the error of a value it refuses.
+    Text {
+        strings: StringBuilder,
+        lines: Vec<usize>,
+    },
+}
+
 /// Values collected column by column, cut into batches.
 struct Columns<'a> {
     fields: &'a [FieldRef],
-    values: Vec<Vec<ScalarValue>>,
+    pending: Vec<Pending>,
+    /// Rows collected since the last cut.
+    rows: usize,
     batches: Vec<RecordBatch>,
     /// 1-based line (text, CSV) or tuple (binary) of the current row.
     line: usize,
 }
 
 impl<'a> Columns<'a> {
-    fn new(fields: &'a [FieldRef]) -> Self {
+    fn new(fields: &'a [FieldRef], binary: bool) -> Self {
+        let pending = fields
+            .iter()
+            .map(|f| {
+                if binary || *f.data_type() == DataType::Boolean {
+                    Pending::Scalars(Vec::new())
+                } else {
+                    Pending::Text {
+                        strings: StringBuilder::new(),
+                        lines: Vec::new(),
+                    }
+                }
+            })
+            .collect();
         Columns {
             fields,
-            values: vec![Vec::new(); fields.len()],
+            pending,
+            rows: 0,
             batches: Vec::new(),
             line: 0,
         }
     }
 
     fn where_(&self, column: usize) -> String {
-        format!("line {}, column {}", self.line, self.fields[column].name())
+        where_at(self.line, self.fields[column].name())
     }
 
     /// Checks a row's width.
@@ -97,64 +129,79 @@ impl<'a> Columns<'a> {
     /// Adds the value of `column` (`None`: NULL) in text or binary form.
     fn push(&mut self, column: usize, value: Option<&[u8]>, binary: bool) -> Result<()> {
         let data_type = self.fields[column].data_type();
-        let scalar = match value {
-            None => ScalarValue::try_from(data_type)
+        let text = match value {
+            Some(bytes) if !binary => Some(std::str::from_utf8(bytes).map_err(|_| {
+                CopyDataError::Encoding(format!(
+                    "invalid byte sequence for encoding \"UTF8\" ({})",
+                    self.where_(column)
+                ))
+            })?),
+            _ => None,
+        };
+        let line = self.line;
+        let scalar = match (&mut self.pending[column], value) {
+            (Pending::Text { strings, lines }, _) => {
+                strings.append_option(text);
+                lines.push(line);
+                return Ok(());
+            }
+            (Pending::Scalars(_), None) => ScalarValue::try_from(data_type)
                 .map_err(|e| CopyDataError::InvalidText(e.to_string()))?,
-            Some(bytes) if binary => {
+            (Pending::Scalars(_), Some(bytes)) if binary => {
                 let (oid, _) = types::pg_type(data_type);
                 types::decode_param(Some(bytes), oid, 1, Some(data_type)).map_err(|e| {
                     CopyDataError::InvalidBinary(format!("{e} ({})", self.where_(column)))
                 })?
             }
-            Some(bytes) => {
-                let text = std::str::from_utf8(bytes).map_err(|_| {
-                    CopyDataError::Encoding(format!(
-                        "invalid byte sequence for encoding \"UTF8\" ({})",
-                        self.where_(column)
-                    ))
-                })?;
-                if *data_type == DataType::Utf8 {
-                    ScalarValue::Utf8(Some(text.to_string()))
-                } else {
-                    types::decode_param(Some(text.as_bytes()), 0, 0, Some(data_type)).map_err(
-                        |e| CopyDataError::InvalidText(format!("{e} ({})", self.where_(column))),
-                    )?
-                }
-            }
+            (Pending::Scalars(_), Some(_)) => decode_text(
+                text.unwrap_or_default(),
+                data_type,
+                line,
+                self.fields[column].name(),
+            )?,
         };
-        self.values[column].push(scalar);
+        if let Pending::Scalars(values) = &mut self.pending[column] {
+            values.push(scalar);
+        }
         Ok(())
     }
 
     /// Ends a row; cuts a batch when enough rows are collected.
     fn end_row(&mut self) -> Result<()> {
-        if self.values.first().map_or(0, Vec::len) >= BATCH_ROWS {
+        self.rows += 1;
+        if self.rows >= BATCH_ROWS {
             self.cut()?;
         }
         Ok(())
     }
 
     fn cut(&mut self) -> Result<()> {
-        let rows = self.values.first().map_or(0, Vec::len);
+        let rows = std::mem::take(&mut self.rows);
         if rows == 0 {
             return Ok(());
         }
         let arrays = self
-            .values
+            .pending
             .iter_mut()
             .zip(self.fields)
-            .map(|(v, f)| {
-                let a = ScalarValue::iter_to_array(std::mem::take(v))
-                    .map_err(|e| CopyDataError::InvalidText(e.to_string()))?;
-                if a.data_type() == f.data_type() {
-                    Ok(a)
-                } else {
-                    arrow::compute::cast(&a, f.data_type())
-                        .map_err(|e| CopyDataError::InvalidText(e.to_string()))
+            .map(|(p, f)| match p {
+                Pending::Scalars(values) => {
+                    let a = ScalarValue::iter_to_array(std::mem::take(values))
+                        .map_err(|e| CopyDataError::InvalidText(e.to_string()))?;
+                    if a.data_type() == f.data_type() {
+                        Ok(a)
+                    } else {
+                        arrow::compute::cast(&a, f.data_type())
+                            .map_err(|e| CopyDataError::InvalidText(e.to_string()))
+                    }
+                }
+                Pending::Text { strings, lines } => {
+                    let lines = std::mem::take(lines);
+                    cast_text(Arc::new(strings.finish()), f, &lines)
                 }
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
-        let schema = std::sync::Arc::new(Schema::new(
+        let schema = Arc::new(Schema::new(
             self.fields
                 .iter()
                 .map(|f| f.as_ref().clone().with_nullable(true))
@@ -173,6 +220,40 @@ impl<'a> Columns<'a> {
     fn finish(mut self) -> Result<Vec<RecordBatch>> {
         self.cut()?;
         Ok(self.batches)
+    }
+}
+
+fn where_at(line: usize, column: &str) -> String {
+    format!("line {line}, column {column}")
+}
+
+/// One text value as its column's type (22P02 if it is not valid input).
+fn decode_text(text: &str, data_type: &DataType, line: usize, column: &str) -> Result<ScalarValue> {
+    types::decode_param(Some(text.as_bytes()), 0, 0, Some(data_type))
+        .map_err(|e| CopyDataError::InvalidText(format!("{e} ({})", where_at(line, column))))
+}
+
+/// A column of text values cast to its type as a whole; where the cast
+/// refuses a value, the first value refused alone is the error.
+fn cast_text(strings: ArrayRef, field: &FieldRef, lines: &[usize]) -> Result<ArrayRef> {
+    if *field.data_type() == DataType::Utf8 {
+        return Ok(strings);
+    }
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    match arrow::compute::cast_with_options(&strings, field.data_type(), &options) {
+        Ok(a) => Ok(a),
+        Err(e) => {
+            let texts = strings.as_string::<i32>();
+            for (row, text) in texts.iter().enumerate() {
+                if let Some(text) = text {
+                    decode_text(text, field.data_type(), lines[row], field.name())?;
+                }
+            }
+            Err(CopyDataError::InvalidText(e.to_string()))
+        }
     }
 }
 
