@@ -18,6 +18,7 @@ use crate::error::{ExecError, Result};
 use crate::memory::QueryMemory;
 use crate::operator::aggregate::aggregate;
 use crate::operator::filter::FilterOperator;
+use crate::operator::grouping_sets::GroupingSetsOperator;
 use crate::operator::limit::LimitSink;
 use crate::operator::materialize::MaterializeSink;
 use crate::operator::projection::ProjectionOperator;
@@ -300,6 +301,22 @@ impl Compiler {
                     exprs.clone(),
                     schema.clone(),
                 )));
+                open
+            }
+            PhysicalPlan::GroupingSets {
+                input,
+                keys,
+                sets,
+                schema,
+            } => {
+                let id_type = schema.field(schema.fields().len() - 3).data_type().clone();
+                let mut open = self.compile(input)?;
+                open.operators.push(Arc::new(GroupingSetsOperator::new(
+                    keys.clone(),
+                    sets.clone(),
+                    id_type,
+                    schema.clone(),
+                )?));
                 open
             }
             PhysicalPlan::HashJoin(j) => crate::operator::hash_join::wire(self, j)?,

@@ -30,6 +30,27 @@ pub struct AggregateSpec {
     pub filter: Option<ExprRef>,
 }
 
+/// One grouping set of a [`PhysicalPlan::GroupingSets`] node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupingSet {
+    /// The keys the set leaves out: bit `n-1-i` for key `i` of `n` (the
+    /// grouping id, in PostgreSQL's `GROUPING()` order).
+    pub mask: u64,
+    /// How many earlier sets of the node have the same mask: repeated sets
+    /// form groups of their own.
+    pub ordinal: u32,
+}
+
+impl fmt::Display for GroupingSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#b}", self.mask)?;
+        if self.ordinal > 0 {
+            write!(f, "#{}", self.ordinal)?;
+        }
+        Ok(())
+    }
+}
+
 /// A sort key.
 #[derive(Debug, Clone)]
 pub struct SortKey {
@@ -89,6 +110,17 @@ pub enum PhysicalPlan {
         aggregates: Vec<AggregateSpec>,
         schema: SchemaRef,
     },
+    /// Each input row once per grouping set (see
+    /// `operator::grouping_sets`); output = input columns ++ `keys` (NULL
+    /// where the set leaves them out) ++ grouping id (`id_type`) ++ ordinal
+    /// (`UInt32`) ++ real (`Boolean`, false on the grand-total rows added
+    /// for sets without keys).
+    GroupingSets {
+        input: Box<PhysicalPlan>,
+        keys: Vec<ExprRef>,
+        sets: Vec<GroupingSet>,
+        schema: SchemaRef,
+    },
     /// Sort; with `fetch`, a top-k.
     Sort {
         input: Box<PhysicalPlan>,
@@ -114,6 +146,7 @@ impl PhysicalPlan {
             | PhysicalPlan::Values { schema, .. }
             | PhysicalPlan::Projection { schema, .. }
             | PhysicalPlan::Aggregate { schema, .. }
+            | PhysicalPlan::GroupingSets { schema, .. }
             | PhysicalPlan::Union { schema, .. } => schema.clone(),
             PhysicalPlan::HashJoin(j) => j.schema.clone(),
             PhysicalPlan::Filter { input, .. }
@@ -199,6 +232,18 @@ impl PhysicalPlan {
                     "{pad}Aggregate group=[{}] aggr=[{}]",
                     exprs(group_by),
                     a.join(", ")
+                )?;
+                input.write_tree(w, style, depth + 1)
+            }
+            PhysicalPlan::GroupingSets {
+                input, keys, sets, ..
+            } => {
+                let s: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+                writeln!(
+                    w,
+                    "{pad}GroupingSets keys=[{}] sets=[{}]",
+                    exprs(keys),
+                    s.join(", ")
                 )?;
                 input.write_tree(w, style, depth + 1)
             }

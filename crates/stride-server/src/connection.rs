@@ -40,6 +40,8 @@ use crate::tls::Stream;
 use crate::types::{self, ColumnEncoder};
 use crate::{scram, Auth, Shared};
 
+mod copy;
+
 /// Output is written to the socket whenever this much is buffered.
 const FLUSH_BYTES: usize = 256 << 10;
 
@@ -510,6 +512,8 @@ impl Connection {
                         "unexpected password message",
                     );
                 }
+                // A client still sending the data of a COPY that failed.
+                Frontend::StrayCopy => {}
                 Frontend::Unsupported(what) => {
                     self.extended_error(
                         sqlstate::FEATURE_NOT_SUPPORTED,
@@ -642,8 +646,16 @@ impl Connection {
         for result in results {
             let result = result.and_then(|output| self.deallocate(output));
             match result {
+                Ok(StatementOutput::CopyIn(copy)) => self.copy_in(copy).await?,
+                Ok(StatementOutput::CopyOut(copy)) => self.copy_out(copy).await?,
                 Ok(output) => {
-                    let mut rows = rows_of(output);
+                    let mut rows = match rows_of(output) {
+                        Ok(rows) => rows,
+                        Err(e) => {
+                            self.sql_error(&e);
+                            continue;
+                        }
+                    };
                     if let Some(schema) = &rows.schema {
                         let description = describe_schema(schema, &[]);
                         self.out.row_description(&description);
@@ -818,8 +830,11 @@ impl Connection {
             let outcome = self
                 .with_session(move |s| s.execute_prepared(&prepared, params))
                 .await?;
-            match outcome.and_then(|output| self.deallocate(output)) {
-                Ok(output) => portal.result = Some(rows_of(output)),
+            match outcome
+                .and_then(|output| self.deallocate(output))
+                .and_then(rows_of)
+            {
+                Ok(rows) => portal.result = Some(rows),
                 Err(e) => {
                     self.sql_error(&e);
                     self.skip_until_sync = true;
@@ -976,9 +991,15 @@ fn describe_schema(schema: &SchemaRef, formats: &[i16]) -> Vec<(String, u32, i16
         .collect()
 }
 
-/// A statement's output as rows to send and the command tag.
-fn rows_of(output: StatementOutput) -> Rows {
-    match output {
+/// A statement's output as rows to send and the command tag; `COPY`,
+/// which needs the copy sub-protocol, only in the simple query protocol.
+fn rows_of(output: StatementOutput) -> Result<Rows, SqlError> {
+    Ok(match output {
+        StatementOutput::CopyIn(_) | StatementOutput::CopyOut(_) => {
+            return Err(SqlError::Unsupported(
+                "COPY in the extended query protocol (send it as a simple query)".into(),
+            ))
+        }
         StatementOutput::Query(q) => {
             let n = q.num_rows();
             Rows {
@@ -1012,7 +1033,7 @@ fn rows_of(output: StatementOutput) -> Rows {
                 tag: "EXPLAIN".into(),
             }
         }
-    }
+    })
 }
 
 /// PostgreSQL's spelling of a reported parameter.

@@ -20,6 +20,7 @@
 //! sends a CancelRequest gets its running query cancelled on the scheduler.
 
 pub mod connection;
+pub mod copy_format;
 pub mod protocol;
 pub mod scram;
 pub mod sqlstate;

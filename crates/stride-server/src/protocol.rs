@@ -91,7 +91,11 @@ pub enum Frontend {
     Flush,
     Terminate,
     Password(String),
-    /// CopyData/CopyDone/CopyFail and FunctionCall: recognised, not supported.
+    /// CopyData, CopyDone or CopyFail outside `COPY … FROM STDIN`: ignored,
+    /// as PostgreSQL ignores them (a client still sending after its COPY
+    /// failed).
+    StrayCopy,
+    /// FunctionCall: recognised, not supported.
     Unsupported(&'static str),
 }
 
@@ -320,11 +324,18 @@ pub fn parse_frontend(tag: u8, body: &[u8]) -> Result<Frontend, ProtocolError> {
             let p = r.cstr()?;
             Ok(Frontend::Password(p))
         }
-        b'd' | b'c' => Ok(Frontend::Unsupported("COPY")),
-        b'f' => Ok(Frontend::Unsupported("COPY")),
+        b'd' | b'c' | b'f' => Ok(Frontend::StrayCopy),
         b'F' => Ok(Frontend::Unsupported("the function call protocol")),
         other => Err(ProtocolError::UnknownTag(other as char)),
     }
+}
+
+/// The message of a CopyFail.
+pub fn parse_copy_fail(body: &[u8]) -> Result<String, ProtocolError> {
+    let mut r = Reader::new(body, "CopyFail");
+    let message = r.cstr()?;
+    r.finish()?;
+    Ok(message)
 }
 
 /// Builds backend messages into one output buffer.
@@ -500,6 +511,33 @@ impl Out {
     }
 
     pub fn end_row(&mut self, at: usize) {
+        self.end(at);
+    }
+
+    /// CopyInResponse (`G`) or CopyOutResponse (`H`): the overall format
+    /// (0 text, 1 binary) for each of `columns` columns.
+    pub fn copy_response(&mut self, tag: u8, binary: bool, columns: usize) {
+        let at = self.begin(tag);
+        self.buf.push(u8::from(binary));
+        self.i16(i16::try_from(columns).unwrap_or(i16::MAX));
+        for _ in 0..columns {
+            self.i16(i16::from(binary));
+        }
+        self.end(at);
+    }
+
+    /// Starts a CopyData message; its payload follows in `buf`, then
+    /// [`Out::end_copy_data`].
+    pub fn begin_copy_data(&mut self) -> usize {
+        self.begin(b'd')
+    }
+
+    pub fn end_copy_data(&mut self, at: usize) {
+        self.end(at);
+    }
+
+    pub fn copy_done(&mut self) {
+        let at = self.begin(b'c');
         self.end(at);
     }
 

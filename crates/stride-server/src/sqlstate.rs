@@ -4,6 +4,8 @@ use stride_exec::ErrorKind;
 use stride_sql::{PlanKind, SettingKind, SqlError, UndefinedKind};
 use stride_storage::{ObjectKind, StorageError};
 
+use crate::copy_format::CopyDataError;
+
 pub const SYNTAX_ERROR: &str = "42601";
 pub const UNDEFINED_TABLE: &str = "42P01";
 pub const UNDEFINED_COLUMN: &str = "42703";
@@ -54,6 +56,8 @@ pub const SERIALIZATION_FAILURE: &str = "40001";
 pub const IN_FAILED_SQL_TRANSACTION: &str = "25P02";
 pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
 pub const DATA_CORRUPTED: &str = "XX001";
+pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
+pub const INVALID_BINARY_REPRESENTATION: &str = "22P03";
 
 /// The SQLSTATE of an engine error, read from its variant and typed kind
 /// alone: no message is looked at.
@@ -75,6 +79,7 @@ pub fn of(e: &SqlError) -> &'static str {
             PlanKind::WrongObjectType => WRONG_OBJECT_TYPE,
             PlanKind::InTransactionBlock => ACTIVE_SQL_TRANSACTION,
             PlanKind::NoActiveTransaction => NO_ACTIVE_SQL_TRANSACTION,
+            PlanKind::InvalidParameter => INVALID_PARAMETER_VALUE,
             PlanKind::Other => SYNTAX_ERROR_OR_ACCESS_RULE,
         },
         SqlError::Setting { kind, .. } => match kind {
@@ -140,6 +145,16 @@ pub fn of(e: &SqlError) -> &'static str {
 /// Class 42 without a more specific code.
 const SYNTAX_ERROR_OR_ACCESS_RULE: &str = "42000";
 
+/// The SQLSTATE of `COPY … FROM` data that could not be read, by kind.
+pub fn of_copy(e: &CopyDataError) -> &'static str {
+    match e {
+        CopyDataError::BadFormat(_) => BAD_COPY_FILE_FORMAT,
+        CopyDataError::InvalidText(_) => INVALID_TEXT_REPRESENTATION,
+        CopyDataError::InvalidBinary(_) => INVALID_BINARY_REPRESENTATION,
+        CopyDataError::Encoding(_) => CHARACTER_NOT_IN_REPERTOIRE,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +174,7 @@ mod tests {
         assert_eq!(plan(PlanKind::DuplicateColumn), "42701");
         assert_eq!(plan(PlanKind::WrongObjectType), "42809");
         assert_eq!(plan(PlanKind::InTransactionBlock), "25001");
+        assert_eq!(plan(PlanKind::InvalidParameter), "22023");
         assert_eq!(plan(PlanKind::Other), "42000");
         let setting = |kind| of(&SqlError::setting(kind, "x"));
         assert_eq!(setting(SettingKind::Unrecognized), "42704");

@@ -120,6 +120,9 @@ pub enum PlanKind {
     /// The statement needs a transaction block (`DECLARE` without `WITH
     /// HOLD`; SQLSTATE 25P01).
     NoActiveTransaction,
+    /// An option value the statement does not take: a `COPY` delimiter
+    /// of two characters, an unknown `COPY` format (22023).
+    InvalidParameter,
     /// Anything else (42000).
     Other,
 }

@@ -548,6 +548,9 @@ fn walk_pipelines(plan: &PhysicalPlan, closed: &mut Vec<Option<f64>>) -> Option<
         PhysicalPlan::Filter { input, .. } | PhysicalPlan::Projection { input, .. } => {
             walk_pipelines(input, closed)
         }
+        PhysicalPlan::GroupingSets { input, sets, .. } => {
+            walk_pipelines(input, closed).map(|w| w * sets.len() as f64)
+        }
         PhysicalPlan::HashJoin(j) => {
             let (build, probe) = match j.build_side {
                 stride_exec::plan::BuildSide::Left => (&j.left, &j.right),

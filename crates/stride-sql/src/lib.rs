@@ -39,6 +39,7 @@
 pub mod activity;
 pub mod coerce;
 pub mod context;
+pub mod copy;
 pub mod engine;
 pub mod error;
 pub mod functions;
@@ -56,9 +57,10 @@ pub mod scram;
 pub mod settings;
 pub mod storage_view;
 
+pub use copy::{CopyFormat, CopyOptions};
 pub use engine::{
-    Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session, SpillConfig,
-    StatementOutput,
+    CopyIn, CopyOut, Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput,
+    Session, SpillConfig, StatementOutput,
 };
 pub use error::{PlanKind, SettingKind, SqlError, UndefinedKind};
 pub use interrupt::Interrupt;

@@ -26,6 +26,8 @@ use datafusion_physical_expr::create_physical_expr;
 use stride_exec::plan::{AggregateSpec, BuildSide, ExprRef, HashJoinPlan, SortKey};
 use stride_exec::PhysicalPlan;
 
+mod grouping_sets;
+
 use crate::context::StrideTableSource;
 use crate::error::{Result, SqlError};
 
@@ -204,18 +206,35 @@ impl Lowerer {
     }
 
     fn aggregate(&self, agg: &Aggregate) -> Result<PhysicalPlan> {
+        if let [Expr::GroupingSet(set)] = agg.group_expr.as_slice() {
+            return self.grouping_sets(agg, set);
+        }
         let input_schema = agg.input.schema();
-        let physical_input = input_schema.as_arrow();
         let mut group_by = Vec::new();
         for g in &agg.group_expr {
             if let Expr::GroupingSet(_) = g {
-                return Err(unsupported("GROUPING SETS / ROLLUP / CUBE"));
+                return Err(SqlError::Internal(
+                    "a grouping set beside other group expressions".into(),
+                ));
             }
             group_by.push(self.expr(g, input_schema)?);
         }
+        Ok(PhysicalPlan::Aggregate {
+            input: Box::new(self.lower(&agg.input)?),
+            group_by,
+            aggregates: self.aggregate_specs(agg)?,
+            schema: arrow_schema(&agg.schema),
+        })
+    }
+
+    /// The aggregate functions of `agg`, compiled against its input.
+    fn aggregate_specs(&self, agg: &Aggregate) -> Result<Vec<AggregateSpec>> {
+        let input_schema = agg.input.schema();
+        let physical_input = input_schema.as_arrow();
+        let groups = agg.group_expr_len()?;
         let mut aggregates = Vec::new();
         for (i, a) in agg.aggr_expr.iter().enumerate() {
-            let name = agg.schema.field(agg.group_expr.len() + i).name().clone();
+            let name = agg.schema.field(groups + i).name().clone();
             let lowered = LoweredAggregateBuilder::new(
                 a,
                 input_schema,
@@ -233,12 +252,7 @@ impl Lowerer {
                 filter: lowered.filter,
             });
         }
-        Ok(PhysicalPlan::Aggregate {
-            input: Box::new(self.lower(&agg.input)?),
-            group_by,
-            aggregates,
-            schema: arrow_schema(&agg.schema),
-        })
+        Ok(aggregates)
     }
 
     fn sort(&self, sort: &Sort) -> Result<PhysicalPlan> {

@@ -32,6 +32,10 @@ pub fn print_output(out: &StatementOutput, w: &mut dyn Write) -> Result<()> {
         StatementOutput::Command { tag } => writeln!(w, "{tag}")?,
         StatementOutput::Explain(text) => writeln!(w, "{text}")?,
         StatementOutput::Deallocate { tag, .. } => writeln!(w, "{tag}")?,
+        StatementOutput::CopyIn(_) | StatementOutput::CopyOut(_) => writeln!(
+            w,
+            "COPY needs a client connection (stride serve, then psql's \\copy)"
+        )?,
     }
     Ok(())
 }

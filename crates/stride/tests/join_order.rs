@@ -13,6 +13,7 @@ fn reads_lineitem(plan: &PhysicalPlan) -> bool {
         PhysicalPlan::Filter { input, .. }
         | PhysicalPlan::Projection { input, .. }
         | PhysicalPlan::Aggregate { input, .. }
+        | PhysicalPlan::GroupingSets { input, .. }
         | PhysicalPlan::Sort { input, .. }
         | PhysicalPlan::Limit { input, .. } => reads_lineitem(input),
         PhysicalPlan::HashJoin(j) => reads_lineitem(&j.left) || reads_lineitem(&j.right),
@@ -47,6 +48,7 @@ fn violations(plan: &PhysicalPlan, engine: &Engine, out: &mut Vec<String>) {
         PhysicalPlan::Filter { input, .. }
         | PhysicalPlan::Projection { input, .. }
         | PhysicalPlan::Aggregate { input, .. }
+        | PhysicalPlan::GroupingSets { input, .. }
         | PhysicalPlan::Sort { input, .. }
         | PhysicalPlan::Limit { input, .. } => violations(input, engine, out),
         PhysicalPlan::Union { inputs, .. } => {

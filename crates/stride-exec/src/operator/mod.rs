@@ -11,6 +11,7 @@
 
 pub mod aggregate;
 pub mod filter;
+pub mod grouping_sets;
 pub mod hash_join;
 pub mod limit;
 pub mod materialize;

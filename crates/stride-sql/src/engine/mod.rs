@@ -54,6 +54,7 @@ use crate::settings::SessionSettings;
 
 mod apply;
 mod catalog_views;
+mod copy;
 mod cursor;
 mod ddl;
 mod dml;
@@ -63,6 +64,7 @@ mod set;
 mod txn;
 
 pub use catalog_views::PgContext;
+pub use copy::{CopyIn, CopyOut};
 pub use prepared::Prepared;
 use txn::TransactionState;
 
@@ -260,6 +262,11 @@ pub enum StatementOutput {
         name: Option<String>,
         tag: String,
     },
+    /// `COPY … FROM`: the caller reads the rows (from the client or the
+    /// file named) and hands them to [`Session::copy_rows`].
+    CopyIn(Box<CopyIn>),
+    /// `COPY … TO STDOUT`: the rows, for the caller to send.
+    CopyOut(Box<CopyOut>),
 }
 
 impl Engine {
@@ -626,6 +633,14 @@ impl Session {
             let result = self
                 .prepare_text(sql)
                 .and_then(|p| self.run_prepared(&p, Vec::new()));
+            if result.is_err() {
+                self.statement_failed();
+            }
+            return vec![result];
+        }
+        if crate::copy::is_copy(sql) {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.copy(sql)))
+                .unwrap_or_else(|panic| Err(SqlError::Internal(panic_text(&panic))));
             if result.is_err() {
                 self.statement_failed();
             }

@@ -78,6 +78,11 @@ impl Session {
     }
 
     pub(super) fn prepare_text(&mut self, sql: &str) -> Result<Prepared> {
+        if crate::copy::is_copy(sql) {
+            return Err(SqlError::Unsupported(
+                "COPY in the extended query protocol (send it as a simple query)".into(),
+            ));
+        }
         if is_checkpoint(sql) {
             self.check_not_aborted()?;
             return Ok(Prepared {
