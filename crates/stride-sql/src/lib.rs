@@ -55,6 +55,8 @@ pub mod roles;
 pub mod scram;
 pub mod settings;
 pub mod storage_view;
+pub mod window;
+pub mod window_functions;
 
 pub use engine::{
     Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput, Session, SpillConfig,
