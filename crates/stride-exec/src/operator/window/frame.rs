@@ -2,8 +2,9 @@
 //!
 //! Rows are addressed by their position in the node's sorted order; a
 //! partition is a range of positions. Peer groups (rows with equal
-//! partition and order keys) are found by binary search over the per-row
-//! peer-group counts ([`Prepared::peer_count`]), RANGE offsets by binary
+//! partition and order keys) are found per piece of a morsel
+//! ([`Peers`]: two binary searches over the per-row peer-group counts of
+//! [`Prepared::peer_count`], one pass between), RANGE offsets by binary
 //! search over the first order key as a number, mapped to a coordinate
 //! that grows along the sorted order:
 //!
@@ -43,16 +44,70 @@ pub(super) fn search(range: Range<usize>, past: impl Fn(usize) -> bool) -> usize
     lo
 }
 
-/// First row of row `i`'s peer group, inside `part`.
-pub(super) fn peer_start(p: &Prepared, i: usize, part: &Range<usize>) -> usize {
-    let group = p.peer_count(i);
-    search(part.start..i, |j| p.peer_count(j) == group)
+/// The peer groups of a piece of a partition's rows: each row's group's
+/// first row and the row after its last. Two binary searches find where
+/// the piece's first group starts and its last ends; one pass over the
+/// per-row counts finds the boundaries between.
+#[derive(Debug)]
+pub(super) struct Peers {
+    first: usize,
+    counts: Vec<u64>,
+    starts: Vec<usize>,
+    ends: Vec<usize>,
 }
 
-/// The row after row `i`'s peer group, inside `part`.
-pub(super) fn peer_end(p: &Prepared, i: usize, part: &Range<usize>) -> usize {
-    let group = p.peer_count(i);
-    search(i + 1..part.end, |j| p.peer_count(j) > group)
+impl Peers {
+    pub(super) fn new(p: &Prepared, rows: Range<usize>, part: &Range<usize>) -> Self {
+        let mut counts = Vec::with_capacity(rows.len());
+        for (k, lo, hi) in p.segments(rows.clone()) {
+            counts.extend((lo..hi).map(|j| p.peer_count_in(k, j)));
+        }
+        let n = counts.len();
+        let mut starts = vec![0; n];
+        let mut ends = vec![0; n];
+        if n > 0 {
+            let group = counts[0];
+            starts[0] = search(part.start..rows.start, |j| p.peer_count(j) == group);
+            for j in 1..n {
+                starts[j] = if counts[j] == counts[j - 1] {
+                    starts[j - 1]
+                } else {
+                    rows.start + j
+                };
+            }
+            let group = counts[n - 1];
+            ends[n - 1] = search(rows.end..part.end, |j| p.peer_count(j) > group);
+            for j in (0..n - 1).rev() {
+                ends[j] = if counts[j] == counts[j + 1] {
+                    ends[j + 1]
+                } else {
+                    rows.start + j + 1
+                };
+            }
+        }
+        Peers {
+            first: rows.start,
+            counts,
+            starts,
+            ends,
+        }
+    }
+
+    /// First row of row `i`'s peer group (`i` in the piece).
+    pub(super) fn start(&self, i: usize) -> usize {
+        self.starts[i - self.first]
+    }
+
+    /// The row after row `i`'s peer group.
+    pub(super) fn end(&self, i: usize) -> usize {
+        self.ends[i - self.first]
+    }
+
+    /// Peer groups that start at or before row `i` (see
+    /// [`Prepared::peer_count`]).
+    pub(super) fn count(&self, i: usize) -> u64 {
+        self.counts[i - self.first]
+    }
 }
 
 /// A frame bound with its offset decoded.
@@ -121,6 +176,11 @@ impl<'a> Frames<'a> {
         })
     }
 
+    /// Whether every frame starts at its partition's first row.
+    pub(super) fn starts_unbounded(&self) -> bool {
+        matches!(self.start, Bound::UnboundedPreceding)
+    }
+
     /// The RANGE coordinate of row `j` (see the module docs); `None` for a
     /// NULL key.
     fn coordinate(&self, j: usize) -> Option<f64> {
@@ -144,8 +204,14 @@ impl<'a> Frames<'a> {
 
     /// Where a bound puts the frame's first row (`is_start`) or the row
     /// after its last.
-    fn resolve(&self, b: Bound, i: usize, part: &Range<usize>, is_start: bool) -> usize {
-        let p = self.prepared;
+    fn resolve(
+        &self,
+        b: Bound,
+        i: usize,
+        part: &Range<usize>,
+        peers: &Peers,
+        is_start: bool,
+    ) -> usize {
         let rows_at = |delta: f64, forward: bool| -> usize {
             let d = if delta >= (usize::MAX / 2) as f64 {
                 usize::MAX / 2
@@ -174,17 +240,17 @@ impl<'a> Frames<'a> {
             (Bound::Following(n), FrameUnits::Rows) => rows_at(n, true),
             (Bound::CurrentRow, FrameUnits::Range) => {
                 if is_start {
-                    peer_start(p, i, part)
+                    peers.start(i)
                 } else {
-                    peer_end(p, i, part)
+                    peers.end(i)
                 }
             }
             (Bound::Preceding(n) | Bound::Following(n), FrameUnits::Range) => {
                 let Some(c) = self.coordinate(i) else {
                     return if is_start {
-                        peer_start(p, i, part)
+                        peers.start(i)
                     } else {
-                        peer_end(p, i, part)
+                        peers.end(i)
                     };
                 };
                 let target = if matches!(b, Bound::Preceding(_)) {
@@ -201,10 +267,11 @@ impl<'a> Frames<'a> {
         }
     }
 
-    /// Row `i`'s frame inside its partition `part` (empty: `start >= end`).
-    pub(super) fn frame(&self, i: usize, part: &Range<usize>) -> Range<usize> {
-        let start = self.resolve(self.start, i, part, true);
-        let end = self.resolve(self.end, i, part, false);
+    /// Row `i`'s frame inside its partition `part`, whose peer groups
+    /// around `i` are `peers` (empty: `start >= end`).
+    pub(super) fn frame(&self, i: usize, part: &Range<usize>, peers: &Peers) -> Range<usize> {
+        let start = self.resolve(self.start, i, part, peers, true);
+        let end = self.resolve(self.end, i, part, peers, false);
         start..end.max(start)
     }
 }

@@ -26,7 +26,7 @@ use datafusion_common::{DataFusionError, ScalarValue};
 use datafusion_expr::Accumulator;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use super::frame::{peer_end, peer_start, Frames};
+use super::frame::{Frames, Peers};
 use super::partition::Prepared;
 use crate::error::{ExecError, Result};
 use crate::plan::{SortKey, WindowFunctionSpec, WindowKind};
@@ -49,6 +49,7 @@ pub(super) fn evaluate(
         let eval = Piece {
             p,
             index,
+            peers: Peers::new(p, piece.clone(), &part),
             part: part.clone(),
             rows: piece.clone(),
             frames: &frames,
@@ -76,6 +77,8 @@ struct Piece<'a> {
     index: usize,
     part: Range<usize>,
     rows: Range<usize>,
+    /// The peer groups of `rows`.
+    peers: Peers,
     frames: &'a Frames<'a>,
 }
 
@@ -90,30 +93,28 @@ impl Piece<'_> {
         let start = self.part.start;
         Ok(match kind {
             WindowKind::RowNumber => self.ints(|i| Some((i - start) as i64 + 1)),
-            WindowKind::Rank => {
-                self.ints(|i| Some((peer_start(self.p, i, &self.part) - start) as i64 + 1))
-            }
+            WindowKind::Rank => self.ints(|i| Some((self.peers.start(i) - start) as i64 + 1)),
             WindowKind::DenseRank => {
                 let first = self.p.peer_count(start);
-                self.ints(|i| Some((self.p.peer_count(i) - first) as i64 + 1))
+                self.ints(|i| Some((self.peers.count(i) - first) as i64 + 1))
             }
             WindowKind::PercentRank => self.floats(|i| {
                 if n <= 1 {
                     0.0
                 } else {
-                    (peer_start(self.p, i, &self.part) - start) as f64 / (n - 1) as f64
+                    (self.peers.start(i) - start) as f64 / (n - 1) as f64
                 }
             }),
-            WindowKind::CumeDist => {
-                self.floats(|i| (peer_end(self.p, i, &self.part) - start) as f64 / n as f64)
-            }
+            WindowKind::CumeDist => self.floats(|i| (self.peers.end(i) - start) as f64 / n as f64),
             WindowKind::Ntile => self.ntile()?,
             WindowKind::Lag => self.shifted(-1)?,
             WindowKind::Lead => self.shifted(1)?,
             WindowKind::FirstValue => self.framed(|f| (f.start < f.end).then_some(f.start))?,
             WindowKind::LastValue => self.framed(|f| (f.start < f.end).then(|| f.end - 1))?,
             WindowKind::NthValue => self.nth_value()?,
-            WindowKind::Aggregate(function) => self.aggregate(function)?,
+            WindowKind::Aggregate(function) => {
+                self.aggregate(function, self.frames.starts_unbounded())?
+            }
         })
     }
 
@@ -240,7 +241,9 @@ impl Piece<'_> {
 
     /// The row `pick` chooses in each row's frame.
     fn framed(&self, pick: impl Fn(Range<usize>) -> Option<usize>) -> Result<ArrayRef> {
-        self.gather(None, |i| Ok(pick(self.frames.frame(i, &self.part))))
+        self.gather(None, |i| {
+            Ok(pick(self.frames.frame(i, &self.part, &self.peers)))
+        })
     }
 
     fn nth_value(&self) -> Result<ArrayRef> {
@@ -253,7 +256,7 @@ impl Piece<'_> {
                     "argument of nth_value must be greater than zero",
                 ));
             }
-            let f = self.frames.frame(i, &self.part);
+            let f = self.frames.frame(i, &self.part, &self.peers);
             let at = f.start as u128 + n as u128 - 1;
             Ok((at < f.end as u128).then_some(at as usize))
         })
@@ -275,8 +278,40 @@ impl Piece<'_> {
         Ok(())
     }
 
-    fn aggregate(&self, function: &AggregateFunctionExpr) -> Result<ArrayRef> {
+    /// Adds rows `range` (inside this piece's partition) to `acc`: rows of
+    /// whole blocks from the partition's start by merging the blocks'
+    /// [`Tail`] states, the rest row by row.
+    ///
+    /// [`Tail`]: super::partition::Tail
+    fn feed_prefix(&self, acc: &mut dyn Accumulator, range: Range<usize>) -> Result<()> {
+        let (first, offset) = self.p.locate(range.start);
+        let (last, _) = self.p.locate(range.end - 1);
+        let mut from = range.start;
+        for k in first..last {
+            let tail = self.p.blocks[k].tails[self.index].as_ref();
+            let starts_here = if k == first { offset } else { 0 };
+            match tail {
+                Some(t) if t.from == starts_here => {
+                    acc.merge_batch(&t.state)?;
+                    from = self.p.block_start(k + 1);
+                }
+                _ => break,
+            }
+        }
+        self.feed(acc, from..range.end, false)
+    }
+
+    fn aggregate(
+        &self,
+        function: &AggregateFunctionExpr,
+        unbounded_start: bool,
+    ) -> Result<ArrayRef> {
+        // A frame that never leaves the partition's first row needs no
+        // retraction, and its plain accumulator merges block states.
         let fresh = || -> Result<Box<dyn Accumulator>> {
+            if unbounded_start {
+                return Ok(function.create_accumulator()?);
+            }
             Ok(match function.create_sliding_accumulator() {
                 Ok(a) => a,
                 Err(_) => function.create_accumulator()?,
@@ -289,7 +324,7 @@ impl Piece<'_> {
         let mut held: Option<Range<usize>> = None;
         let mut values = Vec::with_capacity(self.rows.len());
         for i in self.rows.clone() {
-            let f = self.frames.frame(i, &self.part);
+            let f = self.frames.frame(i, &self.part, &self.peers);
             if f.is_empty() {
                 values.push(empty.clone());
                 continue;
@@ -308,7 +343,11 @@ impl Piece<'_> {
                 }
                 _ => {
                     acc = fresh()?;
-                    self.feed(acc.as_mut(), f.clone(), false)?;
+                    if unbounded_start {
+                        self.feed_prefix(acc.as_mut(), f.clone())?;
+                    } else {
+                        self.feed(acc.as_mut(), f.clone(), false)?;
+                    }
                 }
             }
             held = Some(f);

@@ -13,8 +13,10 @@
 //!                 ▼
 //!  step "window: partitions and peers": one part per block evaluates the
 //!       functions' arguments and finds where partitions and peer groups
-//!       start (Arrow's row format compares keys); the step's finish joins
-//!       the blocks' edges: partition starts, peer-group counts per row
+//!       start (Arrow's row format compares keys), and the state of each
+//!       running aggregate over the block's last partition; the step's
+//!       finish joins the blocks' edges: partition starts, peer-group
+//!       counts per row
 //!                 │
 //!                 ▼
 //!  WindowSource ─► … ─► sink   one morsel = a range of sorted rows; each
@@ -30,9 +32,11 @@
 //! row needs from earlier in its partition is found by binary search (peer
 //! starts, RANGE offsets, from the per-row peer-group counts) or recomputed
 //! (an aggregate's state at the morsel's first row is one vectorised update
-//! over that row's frame; later rows slide the frame, retracting rows where
-//! the accumulator can). Without PARTITION BY and ORDER BY there is nothing
-//! to sort: the blocks are kept in input order.
+//! over that row's frame — for frames from the partition's first row, the
+//! prepare step's per-block states merged, then the rows of the last
+//! block; later rows slide the frame, retracting rows where the
+//! accumulator can). Without PARTITION BY and ORDER BY there is nothing to
+//! sort: the blocks are kept in input order.
 //!
 //! Output rows come in sorted order; each output batch carries the
 //! position of its first row in that order as its [`MorselSeq`], so a

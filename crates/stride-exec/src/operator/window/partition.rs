@@ -6,7 +6,9 @@
 //!            run inline when there are few rows)
 //!  part k    arguments of every function over block k; the block's keys in
 //!            row format: where, inside the block, a partition or a peer
-//!            group starts (local counts); the block's first and last keys
+//!            group starts (local counts); the block's first and last keys;
+//!            each aggregate over frames from the partition's first row:
+//!            its state over the block's last partition ([`Tail`])
 //!  finish    joins the blocks' edges (does block k start a partition or
 //!            a peer group?) and publishes [`Prepared`] to the source
 //! ```
@@ -79,6 +81,22 @@ pub(super) struct Block {
     pub(super) range_key: Option<Float64Array>,
     /// `peers[j]`: peer groups that start at rows `1..=j` of this block.
     peers: Vec<u32>,
+    /// Per function, for an aggregate whose frame starts UNBOUNDED
+    /// PRECEDING: its accumulator's state over the block's rows from
+    /// `tail` on (see [`Tail`]).
+    pub(super) tails: Vec<Option<Tail>>,
+}
+
+/// An aggregate's state over the rows of a block from its last partition
+/// start (or its first row) to its end. A frame that starts at a
+/// partition's first row and spans blocks merges these states instead of
+/// adding the rows again, so a morsel deep inside a large partition does
+/// not re-read the partition's earlier rows.
+#[derive(Debug)]
+pub(super) struct Tail {
+    /// The block's row where the state starts.
+    pub(super) from: usize,
+    pub(super) state: Vec<ArrayRef>,
 }
 
 /// The window's rows, ready for evaluation: sorted blocks, where
@@ -115,6 +133,11 @@ impl Prepared {
     /// each group's first row).
     pub(super) fn peer_count(&self, i: usize) -> u64 {
         let (k, j) = self.locate(i);
+        self.peer_count_in(k, j)
+    }
+
+    /// [`Self::peer_count`] of row `j` of block `k`.
+    pub(super) fn peer_count_in(&self, k: usize, j: usize) -> u64 {
         self.peer_base[k] + u64::from(self.blocks[k].peers[j])
     }
 
@@ -262,6 +285,7 @@ struct BlockPrep {
     args: Vec<Vec<ArrayRef>>,
     range_key: Option<Float64Array>,
     peers: Vec<u32>,
+    tails: Vec<Option<Tail>>,
     /// Rows of the block (after the first) that start a partition.
     partition_starts: Vec<usize>,
     /// The first and last row's partition keys and all keys.
@@ -293,6 +317,32 @@ fn argument_type(kind: &WindowKind, i: usize, value: &DataType) -> Option<DataTy
         (WindowKind::Lag | WindowKind::Lead, 2) => Some(value.clone()),
         _ => None,
     }
+}
+
+/// The [`Tail`] of aggregate `f` over a block of `n` rows whose argument
+/// arrays are `values`, if `f` is an aggregate over frames that start
+/// UNBOUNDED PRECEDING.
+fn tail(
+    f: &WindowFunctionSpec,
+    values: &[ArrayRef],
+    from: usize,
+    n: usize,
+) -> Result<Option<Tail>> {
+    let WindowKind::Aggregate(function) = &f.kind else {
+        return Ok(None);
+    };
+    if f.frame.start != FrameBound::UnboundedPreceding {
+        return Ok(None);
+    }
+    let mut acc = function.create_accumulator()?;
+    let rows: Vec<ArrayRef> = values.iter().map(|a| a.slice(from, n - from)).collect();
+    acc.update_batch(&rows)?;
+    let state = acc
+        .state()?
+        .iter()
+        .map(|v| v.to_array())
+        .collect::<datafusion_common::Result<Vec<_>>>()?;
+    Ok(Some(Tail { from, state }))
 }
 
 /// Rows `1..` of `rows` that differ from the row before.
@@ -407,6 +457,13 @@ impl SplitStep for PrepareBlocks {
                 *p = count;
             }
         }
+        let tail_from = partition_starts.last().copied().unwrap_or(0);
+        let tails = s
+            .functions
+            .iter()
+            .zip(&args)
+            .map(|(f, values)| tail(f, values, tail_from, n))
+            .collect::<Result<Vec<_>>>()?;
         let held = args
             .iter()
             .flatten()
@@ -420,6 +477,7 @@ impl SplitStep for PrepareBlocks {
             args,
             range_key,
             peers,
+            tails,
             partition_starts,
             partition_edges: partition_rows.as_ref().and_then(edges),
             key_edges: key_rows.as_ref().and_then(edges),
@@ -467,6 +525,7 @@ impl SplitStep for PrepareBlocks {
                 args: prep.args,
                 range_key: prep.range_key,
                 peers: prep.peers,
+                tails: prep.tails,
             });
         }
         starts.push(row);

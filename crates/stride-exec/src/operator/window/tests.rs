@@ -367,3 +367,44 @@ fn empty_input_and_no_keys() {
         assert!(got.iter().all(|v| v == &vec![Some(total)]));
     }
 }
+
+#[test]
+fn running_sums_across_blocks_merge_block_states() {
+    // Without keys the blocks are the input's morsels, in input order: a
+    // running sum over them starts most morsels deep inside the partition.
+    let input = rows(400, 9);
+    let running_rows = rows_frame(
+        FrameUnits::Rows,
+        FrameBound::UnboundedPreceding,
+        FrameBound::CurrentRow,
+    );
+    let following = rows_frame(
+        FrameUnits::Rows,
+        FrameBound::UnboundedPreceding,
+        FrameBound::Following(ScalarValue::Int64(Some(3))),
+    );
+    for (workers, morsel) in CONFIGS {
+        let got = run(
+            &input,
+            false,
+            Vec::new(),
+            vec![
+                sum(running_rows.clone()),
+                sum(following.clone()),
+                sum(running()),
+            ],
+            workers,
+            morsel,
+        );
+        let total: i64 = input.iter().map(|r| r.2).sum();
+        for r in &input {
+            let x = r.2;
+            let upto = |last: i64| (0..=last.min(input.len() as i64 - 1)).sum::<i64>();
+            assert_eq!(
+                got[x as usize],
+                vec![Some(upto(x)), Some(upto(x + 3)), Some(total)],
+                "running sums of row {x}"
+            );
+        }
+    }
+}
