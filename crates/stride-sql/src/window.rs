@@ -229,3 +229,67 @@ impl Lowerer {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{DataType, Int64Type};
+
+    use crate::{Engine, EngineConfig};
+
+    #[test]
+    fn functions_over_two_windows_are_stacked_then_put_back_in_order() {
+        let engine = Engine::new(EngineConfig {
+            scheduler: stride_sched::SchedulerConfig {
+                workers: 2,
+                pin_workers: false,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let mut s = engine.session();
+        s.execute("CREATE TABLE t (a INT, b INT)").unwrap();
+        s.execute("INSERT INTO t VALUES (1, 20), (1, 10), (2, 30), (NULL, 5)")
+            .unwrap();
+        // DataFusion puts both windows in one node (same sort keys a, b).
+        let sql = "SELECT a, b, rank() OVER (PARTITION BY a ORDER BY b), \
+                   row_number() OVER (ORDER BY a, b), \
+                   sum(b) OVER (PARTITION BY a ORDER BY b) FROM t";
+        let plan = s.plan_query(sql).unwrap().to_string();
+        assert_eq!(plan.matches("Window [").count(), 2, "{plan}");
+        let out = s
+            .query(&format!("{sql} ORDER BY a NULLS FIRST, b"))
+            .unwrap();
+        let mut rows = Vec::new();
+        for batch in &out.batches {
+            let columns: Vec<_> = batch
+                .columns()
+                .iter()
+                .map(|c| arrow::compute::cast(c, &DataType::Int64).unwrap())
+                .collect();
+            for r in 0..batch.num_rows() {
+                rows.push(
+                    columns
+                        .iter()
+                        .map(|c| {
+                            let c = c.as_primitive::<Int64Type>();
+                            (!c.is_null(r)).then(|| c.value(r))
+                        })
+                        .collect::<Vec<_>>(),
+                );
+            }
+        }
+        let row = |v: [i64; 5]| v.map(Some).to_vec();
+        let mut first = row([0, 5, 1, 4, 5]);
+        first[0] = None;
+        assert_eq!(
+            rows,
+            vec![
+                first,
+                row([1, 10, 1, 1, 10]),
+                row([1, 20, 2, 2, 30]),
+                row([2, 30, 1, 3, 30])
+            ]
+        );
+    }
+}

@@ -38,6 +38,11 @@
 //! accumulator can). Without PARTITION BY and ORDER BY there is nothing to
 //! sort: the blocks are kept in input order.
 //!
+//! Memory: the sort spills like any sort, but the sorted rows the window
+//! keeps (and the arguments, counts and states prepared for them) are
+//! charged without spilling: a window whose input does not fit the
+//! query's share fails with 53200.
+//!
 //! Output rows come in sorted order; each output batch carries the
 //! position of its first row in that order as its [`MorselSeq`], so a
 //! buffer after the window keeps that order.
