@@ -71,13 +71,13 @@ fn c(name: &str) -> ExprRef {
     col(name, &input_schema()).unwrap()
 }
 
-fn rows_frame(units: FrameUnits, start: FrameBound, end: FrameBound) -> WindowFrameSpec {
+fn frame_of(units: FrameUnits, start: FrameBound, end: FrameBound) -> WindowFrameSpec {
     WindowFrameSpec { units, start, end }
 }
 
 /// The default frame with ORDER BY.
 fn running() -> WindowFrameSpec {
-    rows_frame(
+    frame_of(
         FrameUnits::Range,
         FrameBound::UnboundedPreceding,
         FrameBound::CurrentRow,
@@ -233,7 +233,7 @@ fn frame_sums_match_their_definition() {
                 &input,
                 partition,
                 vec![asc("o"), asc("x")],
-                vec![sum(rows_frame(FrameUnits::Rows, n(2), f(1)))],
+                vec![sum(frame_of(FrameUnits::Rows, n(2), f(1)))],
                 workers,
                 morsel,
             );
@@ -241,10 +241,7 @@ fn frame_sums_match_their_definition() {
                 &input,
                 partition,
                 vec![asc("o")],
-                vec![
-                    sum(rows_frame(FrameUnits::Range, n(2), f(1))),
-                    sum(running()),
-                ],
+                vec![sum(frame_of(FrameUnits::Range, n(2), f(1))), sum(running())],
                 workers,
                 morsel,
             );
@@ -277,7 +274,7 @@ fn frame_sums_match_their_definition() {
 #[test]
 fn offsets_and_values_match_their_definition() {
     let input = rows(300, 3);
-    let whole = rows_frame(
+    let whole = frame_of(
         FrameUnits::Rows,
         FrameBound::UnboundedPreceding,
         FrameBound::UnboundedFollowing,
@@ -357,7 +354,7 @@ fn empty_input_and_no_keys() {
         );
         assert!(none.is_empty());
         let input = rows(100, 5);
-        let whole = rows_frame(
+        let whole = frame_of(
             FrameUnits::Rows,
             FrameBound::UnboundedPreceding,
             FrameBound::UnboundedFollowing,
@@ -373,12 +370,12 @@ fn running_sums_across_blocks_merge_block_states() {
     // Without keys the blocks are the input's morsels, in input order: a
     // running sum over them starts most morsels deep inside the partition.
     let input = rows(400, 9);
-    let running_rows = rows_frame(
+    let running_rows = frame_of(
         FrameUnits::Rows,
         FrameBound::UnboundedPreceding,
         FrameBound::CurrentRow,
     );
-    let following = rows_frame(
+    let following = frame_of(
         FrameUnits::Rows,
         FrameBound::UnboundedPreceding,
         FrameBound::Following(ScalarValue::Int64(Some(3))),
