@@ -20,7 +20,7 @@
 //! * [`spill`] — the spill area: Arrow IPC files for what a query's share
 //!   cannot hold, one directory per query, removed when the query ends;
 //! * [`operator`] — one module per operator: filter, projection, hash join,
-//!   aggregate, sort, limit;
+//!   aggregate, sort, limit, window;
 //! * [`pipeline`] — pipelines as task sets, and the plan → pipelines compiler;
 //! * [`step`] — split finalizations: a breaker's merge as task sets of parts;
 //! * [`executor`] — running a plan on a scheduler and collecting its result.

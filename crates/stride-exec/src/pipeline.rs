@@ -320,6 +320,7 @@ impl Compiler {
                 open
             }
             PhysicalPlan::HashJoin(j) => crate::operator::hash_join::wire(self, j)?,
+            PhysicalPlan::Window(w) => crate::operator::window::wire(self, w)?,
             PhysicalPlan::Aggregate {
                 input,
                 group_by,

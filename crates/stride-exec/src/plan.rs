@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::compute::SortOptions;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion_common::ScalarValue;
 use datafusion_expr::JoinType;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion_physical_expr::PhysicalExpr;
@@ -77,6 +78,80 @@ pub struct HashJoinPlan {
     pub schema: SchemaRef,
 }
 
+/// A window function: what it computes (ranking, offset, aggregate),
+/// over which frame of its partition.
+#[derive(Debug, Clone)]
+pub struct WindowFunctionSpec {
+    pub kind: WindowKind,
+    /// Arguments, over the window node's input (an aggregate's are its
+    /// function's own expressions).
+    pub args: Vec<ExprRef>,
+    pub frame: WindowFrameSpec,
+    /// The output column's type.
+    pub data_type: DataType,
+    /// For EXPLAIN (`rank`, `sum`).
+    pub name: String,
+}
+
+/// Window functions Stride evaluates.
+#[derive(Debug, Clone)]
+pub enum WindowKind {
+    RowNumber,
+    Rank,
+    DenseRank,
+    PercentRank,
+    CumeDist,
+    /// `ntile(buckets)`.
+    Ntile,
+    /// `lag(value [, offset [, default]])`.
+    Lag,
+    /// `lead(value [, offset [, default]])`.
+    Lead,
+    FirstValue,
+    LastValue,
+    /// `nth_value(value, n)`.
+    NthValue,
+    /// An aggregate over the frame.
+    Aggregate(Arc<AggregateFunctionExpr>),
+}
+
+/// Whether frame offsets count rows or order-key values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameUnits {
+    Rows,
+    Range,
+}
+
+/// One end of a window frame. Offsets count rows (`ROWS`, a non-negative
+/// integer) or order-key units (`RANGE`, a non-negative number).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FrameBound {
+    UnboundedPreceding,
+    Preceding(ScalarValue),
+    CurrentRow,
+    Following(ScalarValue),
+    UnboundedFollowing,
+}
+
+/// A window frame, `units BETWEEN start AND end`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowFrameSpec {
+    pub units: FrameUnits,
+    pub start: FrameBound,
+    pub end: FrameBound,
+}
+
+/// Properties of a window node: functions sharing one PARTITION BY and
+/// ORDER BY; output = input columns ++ one column per function.
+#[derive(Debug)]
+pub struct WindowPlan {
+    pub input: PhysicalPlan,
+    pub partition_by: Vec<ExprRef>,
+    pub order_by: Vec<SortKey>,
+    pub functions: Vec<WindowFunctionSpec>,
+    pub schema: SchemaRef,
+}
+
 /// A physical plan node. Every node's output batches have the columns of
 /// `schema()` in order (field names and nullability relaxed, see
 /// [`crate::nullable_schema`]).
@@ -137,6 +212,8 @@ pub enum PhysicalPlan {
         inputs: Vec<PhysicalPlan>,
         schema: SchemaRef,
     },
+    /// Window functions (see [`crate::operator::window`]).
+    Window(Box<WindowPlan>),
 }
 
 impl PhysicalPlan {
@@ -149,6 +226,7 @@ impl PhysicalPlan {
             | PhysicalPlan::GroupingSets { schema, .. }
             | PhysicalPlan::Union { schema, .. } => schema.clone(),
             PhysicalPlan::HashJoin(j) => j.schema.clone(),
+            PhysicalPlan::Window(w) => w.schema.clone(),
             PhysicalPlan::Filter { input, .. }
             | PhysicalPlan::Sort { input, .. }
             | PhysicalPlan::Limit { input, .. } => input.schema(),
@@ -168,6 +246,15 @@ impl PhysicalPlan {
         let exprs = |list: &[ExprRef]| -> String {
             list.iter()
                 .map(|e| style.expr(e))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let sort_keys = |keys: &[SortKey]| -> String {
+            keys.iter()
+                .map(|k| {
+                    let order = if k.options.descending { "DESC" } else { "ASC" };
+                    format!("{} {order}", style.expr(&k.expr))
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -248,22 +335,26 @@ impl PhysicalPlan {
                 input.write_tree(w, style, depth + 1)
             }
             PhysicalPlan::Sort { input, keys, fetch } => {
-                let k: Vec<String> = keys
-                    .iter()
-                    .map(|k| {
-                        let order = if k.options.descending { "DESC" } else { "ASC" };
-                        format!("{} {order}", style.expr(&k.expr))
-                    })
-                    .collect();
                 match fetch {
-                    Some(n) => writeln!(w, "{pad}TopK {n} [{}]", k.join(", "))?,
-                    None => writeln!(w, "{pad}Sort [{}]", k.join(", "))?,
+                    Some(n) => writeln!(w, "{pad}TopK {n} [{}]", sort_keys(keys))?,
+                    None => writeln!(w, "{pad}Sort [{}]", sort_keys(keys))?,
                 }
                 input.write_tree(w, style, depth + 1)
             }
             PhysicalPlan::Limit { input, skip, fetch } => {
                 writeln!(w, "{pad}Limit skip={skip} fetch={fetch:?}")?;
                 input.write_tree(w, style, depth + 1)
+            }
+            PhysicalPlan::Window(win) => {
+                let f: Vec<&str> = win.functions.iter().map(|f| f.name.as_str()).collect();
+                writeln!(
+                    w,
+                    "{pad}Window [{}] partition by [{}] order by [{}]",
+                    f.join(", "),
+                    exprs(&win.partition_by),
+                    sort_keys(&win.order_by)
+                )?;
+                win.input.write_tree(w, style, depth + 1)
             }
             PhysicalPlan::Union { inputs, .. } => {
                 writeln!(w, "{pad}Union")?;

@@ -47,6 +47,19 @@ pub trait SplitStep: Send + Sync + fmt::Debug {
     }
 }
 
+/// `step` as the steps a finalization returns, or — when `small`, too
+/// little work for a task set of its own — run at once on the finalizing
+/// worker (its parts, then its finish, whose steps are returned).
+pub fn split_unless_small(step: Arc<dyn SplitStep>, small: bool) -> Result<Steps> {
+    if !small {
+        return Ok(vec![step]);
+    }
+    for part in 0..step.parts() {
+        step.run_part(part, 0)?;
+    }
+    step.finish()
+}
+
 /// A [`SplitStep`] as a task set: one part per morsel.
 pub struct StepTaskSet {
     step: Arc<dyn SplitStep>,

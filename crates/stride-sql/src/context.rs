@@ -58,6 +58,7 @@ impl TableSource for StrideTableSource {
 pub struct FunctionRegistry {
     scalars: HashMap<String, Arc<ScalarUDF>>,
     aggregates: HashMap<String, Arc<AggregateUDF>>,
+    windows: HashMap<String, Arc<WindowUDF>>,
     planners: Vec<Arc<dyn ExprPlanner>>,
 }
 
@@ -131,6 +132,7 @@ impl Default for FunctionRegistry {
         FunctionRegistry {
             scalars,
             aggregates,
+            windows: crate::window_functions::window_functions(),
             planners,
         }
     }
@@ -208,7 +210,7 @@ pub struct PlannerContext<'a> {
 /// (SQLSTATE 42883) from what the planner asked, not from its message.
 ///
 /// DataFusion's planner looks a called name up as a scalar, higher-order and
-/// aggregate function (window functions are refused before planning); when
+/// aggregate function (and, for a call with OVER, a window function); when
 /// none matches, and only then, it asks for the registered names to suggest
 /// one (`suggest_valid_function`) and fails. The name of the last failed
 /// lookup when that list is asked for is the unknown function.
@@ -333,8 +335,9 @@ impl ContextProvider for PlannerContext<'_> {
     }
 
     fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
-        self.misses.looked_up(name, false);
-        None
+        let found = self.functions.windows.get(name).cloned();
+        self.misses.looked_up(name, found.is_some());
+        found
     }
 
     fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
@@ -356,7 +359,8 @@ impl ContextProvider for PlannerContext<'_> {
     }
 
     fn udwf_names(&self) -> Vec<String> {
-        Vec::new()
+        self.misses.listed();
+        self.functions.windows.keys().cloned().collect()
     }
 
     fn higher_order_function_names(&self) -> Vec<String> {
@@ -378,7 +382,7 @@ impl datafusion_expr::registry::FunctionRegistry for FunctionRegistry {
     }
 
     fn udwfs(&self) -> std::collections::HashSet<String> {
-        Default::default()
+        self.windows.keys().cloned().collect()
     }
 
     fn udf(&self, name: &str) -> datafusion_common::Result<Arc<ScalarUDF>> {
@@ -400,9 +404,10 @@ impl datafusion_expr::registry::FunctionRegistry for FunctionRegistry {
     }
 
     fn udwf(&self, name: &str) -> datafusion_common::Result<Arc<WindowUDF>> {
-        Err(DataFusionError::NotImplemented(format!(
-            "window function {name}"
-        )))
+        self.windows
+            .get(name)
+            .cloned()
+            .ok_or_else(|| undefined_function(name))
     }
 
     fn expr_planners(&self) -> Vec<Arc<dyn ExprPlanner>> {

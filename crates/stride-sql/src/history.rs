@@ -587,6 +587,16 @@ fn walk_pipelines(plan: &PhysicalPlan, closed: &mut Vec<Option<f64>>) -> Option<
             }
             None
         }
+        PhysicalPlan::Window(w) => {
+            let i = walk_pipelines(&w.input, closed);
+            closed.push(i);
+            if !w.partition_by.is_empty() || !w.order_by.is_empty() {
+                // The sort ends the input's pipeline; the window's sink
+                // reads the sorted rows.
+                closed.push(None);
+            }
+            None
+        }
     }
 }
 

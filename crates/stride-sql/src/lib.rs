@@ -56,6 +56,8 @@ pub mod roles;
 pub mod scram;
 pub mod settings;
 pub mod storage_view;
+pub mod window;
+pub mod window_functions;
 
 pub use copy::{CopyFormat, CopyOptions};
 pub use engine::{

@@ -46,18 +46,18 @@ impl Default for Lowerer {
     }
 }
 
-fn unsupported(what: impl Into<String>) -> SqlError {
+pub(crate) fn unsupported(what: impl Into<String>) -> SqlError {
     SqlError::Unsupported(what.into())
 }
 
-fn arrow_schema(schema: &DFSchema) -> SchemaRef {
+pub(crate) fn arrow_schema(schema: &DFSchema) -> SchemaRef {
     Arc::new(schema.as_arrow().clone())
 }
 
 impl Lowerer {
     /// Compiles an expression, integer arithmetic checked (see
     /// [`crate::integers`]).
-    fn expr(&self, e: &Expr, schema: &DFSchema) -> Result<ExprRef> {
+    pub(crate) fn expr(&self, e: &Expr, schema: &DFSchema) -> Result<ExprRef> {
         let physical = create_physical_expr(e, schema, &self.props, &self.planning)?;
         crate::integers::checked_arithmetic(physical, schema.as_arrow())
     }
@@ -113,7 +113,7 @@ impl Lowerer {
             LogicalPlan::Values(v) => self.values(v),
             LogicalPlan::EmptyRelation(e) => Ok(empty_relation(e)),
             LogicalPlan::Subquery(_) => Err(unsupported("correlated subquery")),
-            LogicalPlan::Window(_) => Err(unsupported("window functions")),
+            LogicalPlan::Window(w) => self.window(w),
             LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
             LogicalPlan::RecursiveQuery(_) => Err(unsupported("recursive CTE")),
             LogicalPlan::Repartition(_) => Err(unsupported("repartition")),

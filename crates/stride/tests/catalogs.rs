@@ -137,9 +137,11 @@ fn jdbc_metadata_browses_schemas_and_tables() {
         "{out}"
     );
     assert_eq!(lines[2], "tables jdbc_meta.items:TABLE", "{out}");
-    // pgjdbc numbers columns with row_number() OVER (...): window
-    // functions are not supported yet (issue 17, item 1).
-    assert!(lines[3].starts_with("columns failed 0A000"), "{out}");
+    // pgjdbc numbers the columns with row_number() OVER (...).
+    assert_eq!(
+        lines[3], "columns id:int4:0,name:text:1,price:numeric:1",
+        "{out}"
+    );
     assert_eq!(lines[4], "query ink", "{out}");
 }
 

@@ -18,6 +18,7 @@ fn reads_lineitem(plan: &PhysicalPlan) -> bool {
         | PhysicalPlan::Limit { input, .. } => reads_lineitem(input),
         PhysicalPlan::HashJoin(j) => reads_lineitem(&j.left) || reads_lineitem(&j.right),
         PhysicalPlan::Union { inputs, .. } => inputs.iter().any(reads_lineitem),
+        PhysicalPlan::Window(w) => reads_lineitem(&w.input),
     }
 }
 
@@ -51,6 +52,7 @@ fn violations(plan: &PhysicalPlan, engine: &Engine, out: &mut Vec<String>) {
         | PhysicalPlan::GroupingSets { input, .. }
         | PhysicalPlan::Sort { input, .. }
         | PhysicalPlan::Limit { input, .. } => violations(input, engine, out),
+        PhysicalPlan::Window(w) => violations(&w.input, engine, out),
         PhysicalPlan::Union { inputs, .. } => {
             inputs.iter().for_each(|i| violations(i, engine, out))
         }

@@ -17,6 +17,7 @@ pub mod limit;
 pub mod materialize;
 pub mod projection;
 pub mod sort;
+pub mod window;
 
 use std::fmt;
 use std::sync::Arc;

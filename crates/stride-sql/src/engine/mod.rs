@@ -1039,20 +1039,6 @@ fn reject_unsupported_syntax(stmt: &DFStatement) -> Result<()> {
             _ => Ok(()),
         }
     }
-    if let DFStatement::Statement(s) = stmt {
-        use datafusion_sql::sqlparser::ast::{visit_expressions, Expr as SqlExpr};
-        let window = visit_expressions(s.as_ref(), |e| match e {
-            SqlExpr::Function(f) if f.over.is_some() => {
-                std::ops::ControlFlow::Break(f.name.to_string())
-            }
-            _ => std::ops::ControlFlow::Continue(()),
-        });
-        if let std::ops::ControlFlow::Break(name) = window {
-            return Err(SqlError::Unsupported(format!(
-                "window functions ({name} ... OVER)"
-            )));
-        }
-    }
     match stmt {
         DFStatement::Statement(s) => match s.as_ref() {
             SqlStatement::Query(q) => check(&q.body),
