@@ -46,6 +46,46 @@ impl Default for Lowerer {
     }
 }
 
+/// DataFusion plans a subquery inside a disjunction (`a IN (…) OR p`,
+/// `EXISTS (…) OR p`) as a mark join whose mark is true or false, never
+/// NULL. That is exact wherever the mark is not negated (a NULL and a false
+/// reject a row alike under AND and OR) and for `NOT EXISTS`, but not for
+/// `NOT IN`: `x NOT IN (…)` is NULL when `x` is NULL or the subquery yields
+/// a NULL, and a two-valued `NOT mark` would accept the row. So a `NOT IN`
+/// subquery anywhere but as a conjunct of its own (where it becomes a
+/// null-aware anti join) is refused, before the optimizer rewrites it.
+pub(crate) fn refuse_not_in_inside_disjunctions(plan: &LogicalPlan) -> Result<()> {
+    use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion_expr::utils::split_conjunction;
+    let negated_in = |e: &Expr| match e {
+        Expr::InSubquery(s) => s.negated,
+        Expr::Not(inner) => matches!(inner.as_ref(), Expr::InSubquery(s) if !s.negated),
+        _ => false,
+    };
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Filter(f) = node {
+            for conjunct in split_conjunction(&f.predicate) {
+                if negated_in(conjunct) {
+                    continue;
+                }
+                found |= conjunct.exists(|e| Ok(negated_in(e)))?;
+            }
+        }
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    if found {
+        return Err(unsupported(
+            "NOT IN (subquery) inside a disjunction (write NOT EXISTS, or a NOT IN of its own)",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn unsupported(what: impl Into<String>) -> SqlError {
     SqlError::Unsupported(what.into())
 }
@@ -160,9 +200,6 @@ impl Lowerer {
     }
 
     fn join(&self, join: &Join) -> Result<PhysicalPlan> {
-        if matches!(join.join_type, JoinType::LeftMark | JoinType::RightMark) {
-            return Err(unsupported("subquery inside a disjunction (mark join)"));
-        }
         let on = join
             .on
             .iter()

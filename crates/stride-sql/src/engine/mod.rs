@@ -756,6 +756,7 @@ impl Session {
 
     /// Type coercion and logical optimization.
     pub fn optimize(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        crate::lower::refuse_not_in_inside_disjunctions(&plan)?;
         let options = &self.engine.options;
         let plan = crate::coerce::float_literals(plan)?;
         let plan = crate::integers::widen_integer_sums(plan)?;

@@ -329,9 +329,12 @@ impl Deferred for GracePasses {
             }
             let probe_file = lock(&self.probe_files[p]).take();
             let has_build = build_rows[p] > 0;
-            // Probe rows alone produce output in a probe-side outer or anti
-            // join; build rows alone in a build-side one.
-            let probe_alone = matches!(modes.probe, SideMode::Outer | SideMode::Anti);
+            // Probe rows alone produce output in a probe-side outer, anti or
+            // mark join; build rows alone in a build-side one.
+            let probe_alone = matches!(
+                modes.probe,
+                SideMode::Outer | SideMode::Anti | SideMode::Mark
+            );
             let build_alone = modes.build != SideMode::None;
             let work = match (&probe_file, has_build) {
                 (Some(_), true) => true,

@@ -97,7 +97,7 @@ pub(crate) use wiring::wire;
 
 use datafusion_expr::JoinType;
 
-use crate::error::{ExecError, Result};
+use crate::error::Result;
 use crate::plan::BuildSide;
 
 /// What a side of the join contributes beyond matching pairs.
@@ -111,6 +111,11 @@ pub enum SideMode {
     Semi,
     /// Rows without any match (this side's columns only).
     Anti,
+    /// Every row, with a boolean column after this side's columns: whether
+    /// it has at least one match (a mark join: a subquery inside a
+    /// disjunction). Never NULL — see `lower.rs` for the statements this is
+    /// exact for.
+    Mark,
 }
 
 /// The behaviour of a join once its build side is fixed.
@@ -135,9 +140,8 @@ impl JoinModes {
             LeftAnti => (SideMode::Anti, SideMode::None, false),
             RightSemi => (SideMode::None, SideMode::Semi, false),
             RightAnti => (SideMode::None, SideMode::Anti, false),
-            other => {
-                return Err(ExecError::Unsupported(format!("join type {other}")));
-            }
+            LeftMark => (SideMode::Mark, SideMode::None, false),
+            RightMark => (SideMode::None, SideMode::Mark, false),
         };
         let (build_mode, probe_mode) = if build_left {
             (left, right)

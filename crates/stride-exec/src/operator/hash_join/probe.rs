@@ -200,6 +200,20 @@ impl HashProbeOperator {
                     &RecordBatchOptions::new().with_row_count(Some(out.num_rows())),
                 )?)
             }
+            SideMode::Mark => {
+                let mut matched = vec![false; count];
+                for &i in p.iter() {
+                    matched[i as usize - first] = true;
+                }
+                let slice = batch.slice(first, count);
+                let mut columns = slice.columns().to_vec();
+                columns.push(Arc::new(BooleanArray::from(matched)));
+                Ok(RecordBatch::try_new_with_options(
+                    self.schema.clone(),
+                    columns,
+                    &RecordBatchOptions::new().with_row_count(Some(count)),
+                )?)
+            }
             SideMode::Outer => {
                 let mut matched = vec![false; count];
                 for &i in p.iter() {

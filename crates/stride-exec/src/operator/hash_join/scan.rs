@@ -1,6 +1,7 @@
 //! The build-side pass: build rows by their match bit.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use arrow::array::{new_null_array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::compute::filter_record_batch;
@@ -64,13 +65,24 @@ impl Source for JoinBuildScanSource {
             return Ok(None);
         }
         let end = start.saturating_add(rows).min(total);
-        let want_matched = self.mode == SideMode::Semi;
-        let keep: BooleanArray = (start..end)
-            .map(|r| Some(table.is_matched(r) == want_matched))
-            .collect();
-        let build = filter_record_batch(&table.batch.slice(start, end - start), &keep)?;
+        let slice = table.batch.slice(start, end - start);
+        let build = if self.mode == SideMode::Mark {
+            slice
+        } else {
+            let want_matched = self.mode == SideMode::Semi;
+            let keep: BooleanArray = (start..end)
+                .map(|r| Some(table.is_matched(r) == want_matched))
+                .collect();
+            filter_record_batch(&slice, &keep)?
+        };
         let m = build.num_rows();
         let columns: Vec<ArrayRef> = match self.mode {
+            SideMode::Mark => {
+                let marks: BooleanArray = (start..end).map(|r| Some(table.is_matched(r))).collect();
+                let mut columns = build.columns().to_vec();
+                columns.push(Arc::new(marks));
+                columns
+            }
             SideMode::Outer => {
                 let nulls = self.probe_types.iter().map(|t| new_null_array(t, m));
                 match self.build_side {
