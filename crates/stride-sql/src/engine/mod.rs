@@ -58,6 +58,7 @@ mod copy;
 mod cursor;
 mod ddl;
 mod dml;
+mod insert_source;
 mod prepared;
 mod query;
 mod set;

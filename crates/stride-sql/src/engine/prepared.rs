@@ -118,6 +118,7 @@ impl Session {
 
     pub(super) fn prepare_statement(&mut self, stmt: DFStatement) -> Result<Prepared> {
         let sql = stmt.to_string();
+        let stmt = super::insert_source::rewrite(stmt)?;
         if let DFStatement::Statement(s) = &stmt {
             if let SqlStatement::ShowVariable { variable } = s.as_ref() {
                 let name = variable
