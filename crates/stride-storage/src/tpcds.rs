@@ -342,10 +342,15 @@ fn session(scale: f64) -> Result<Session> {
 
 /// Generates one TPC-DS table.
 pub fn generate_table(name: &str, scale: f64, threads: usize) -> Result<Table> {
+    generate_in_parts(name, scale, threads, SOURCE_ROWS_PER_PART)
+}
+
+/// Generates one table in parts of about `rows_per_part` source rows.
+fn generate_in_parts(name: &str, scale: f64, threads: usize, rows_per_part: u64) -> Result<Table> {
     let schema = schema(name)?;
     let session = session(scale)?;
     let rows = session.get_scaling().get_row_count(source(name)?);
-    let parts = rows.div_ceil(SOURCE_ROWS_PER_PART).clamp(1, 4096);
+    let parts = rows.div_ceil(rows_per_part.max(1)).clamp(1, 4096);
     let ranges: Vec<(u64, u64)> = (0..parts)
         .map(|p| {
             let first = p * rows / parts + 1;
@@ -593,12 +598,21 @@ mod tests {
     }
 
     #[test]
-    fn sales_parts_concatenate_to_the_whole_table() {
-        // 0.1: several parts of SOURCE_ROWS_PER_PART source rows.
-        let one = generate_table("store_returns", 0.1, 1).unwrap();
-        let two = generate_table("store_returns", 0.1, 2).unwrap();
-        assert!(one.num_rows() > 0);
-        assert_eq!(one.blocks()[..], two.blocks()[..]);
+    fn parts_concatenate_to_the_whole_table() {
+        // Generated in one range of source rows, and in parts of 1,000 on
+        // one and on two threads: the same rows (block boundaries aside).
+        for name in ["store_sales", "catalog_returns", "inventory"] {
+            let whole = generate_in_parts(name, 0.01, 1, u64::MAX).unwrap();
+            let rows = |t: &Table| {
+                let batches: Vec<RecordBatch> = t.blocks().to_vec();
+                arrow::compute::concat_batches(t.schema(), &batches).unwrap()
+            };
+            for threads in [1, 2] {
+                let parted = generate_in_parts(name, 0.01, threads, 1_000).unwrap();
+                assert!(whole.num_rows() > 0, "{name}");
+                assert_eq!(rows(&whole), rows(&parted), "{name} on {threads} threads");
+            }
+        }
     }
 
     #[test]
