@@ -45,15 +45,14 @@ const FAILING: &[(&str, &str)] = &[
 ];
 
 /// Queries whose answer differs from DuckDB's, with the cause. One cause so
-/// far, also behind q58 and q83 at SF 1: a decimal quotient keeps the scale
-/// of DataFusion's type rule (at least 6 fractional digits, fewer than
-/// PostgreSQL's 16 significant ones when the operands are wide) and is
-/// truncated, not rounded; DuckDB divides decimals in double precision.
+/// far, also behind q58 and q83 at SF 1: a decimal quotient gets
+/// DataFusion's scale, the dividend's scale + 4 (`decimal(p,2) / integer`:
+/// 6 fractional digits), and is truncated, not rounded; PostgreSQL keeps at
+/// least 16 significant digits, DuckDB divides decimals in double precision.
 const DIFFERENT: &[(&str, &str)] = &[
     // `cast(promotions AS decimal(15,4)) / cast(total AS decimal(15,4)) * 100`:
     // Stride's decimal division keeps 8 fractional digits and truncates
-    // (98.59920900); DuckDB divides in double (98.59920967514138),
-    // PostgreSQL would print 98.5992096751413800.
+    // (98.59920900); DuckDB divides in double (98.59920967514138).
     ("q61", "decimal division truncated to 8 fractional digits"),
     // `sum(jan_sales) / w_warehouse_sq_ft` (decimal / integer): Stride keeps
     // 6 fractional digits, truncated (0.676432); DuckDB 0.6764327813726302.
