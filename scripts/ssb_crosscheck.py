@@ -46,12 +46,32 @@ def build_stride() -> None:
     subprocess.run(["cargo", "build", "-p", "stride"], cwd=ROOT, check=True)
 
 
-def schema_name(sf: float) -> str:
-    """The schema Stride loads SSB into: `ssb_sf<SF>` with `.` replaced by `_`."""
+def schema_name(sf: float, prefix: str = "ssb_") -> str:
+    """The schema Stride loads a benchmark into: `<prefix>sf<SF>` with `.`
+    replaced by `_` (`ssb_sf0_1`, `tpcds_sf0_01`)."""
     text = repr(float(sf))
     if text.endswith(".0"):
         text = text[:-2]
-    return "ssb_sf" + text.replace(".", "_")
+    return prefix + "sf" + text.replace(".", "_")
+
+
+def binary_arguments(parser: argparse.ArgumentParser, answers: Path) -> None:
+    """Adds --stride, --out and --keep (shared by the cross-check scripts)."""
+    parser.add_argument("--stride", type=Path, help="stride binary (default: built with cargo into "
+                        "$CARGO_TARGET_DIR/debug/stride or target/debug/stride)")
+    parser.add_argument("--out", type=Path, default=answers, help=f"answer folder (default {answers})")
+    parser.add_argument("--keep", type=Path, help="export the Parquet files here instead of a temporary folder")
+
+
+def stride_binary(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
+    """The binary --stride names, else the debug build (built first)."""
+    stride = args.stride
+    if stride is None:
+        build_stride()
+        stride = default_stride()
+    if not stride.is_file():
+        parser.error(f"no stride binary at {stride}")
+    return stride
 
 
 def quote_date(sql: str) -> str:
@@ -96,18 +116,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sf", type=float, default=0.1, help="SSB scale factor (default 0.1)")
     parser.add_argument("--seed", type=int, default=42, help="seed of Stride's SSB generator (default 42)")
-    parser.add_argument("--stride", type=Path, help="stride binary (default: built with cargo into "
-                        "$CARGO_TARGET_DIR/debug/stride or target/debug/stride)")
-    parser.add_argument("--out", type=Path, default=ANSWERS, help=f"answer folder (default {ANSWERS})")
-    parser.add_argument("--keep", type=Path, help="export the Parquet files here instead of a temporary folder")
+    binary_arguments(parser, ANSWERS)
     args = parser.parse_args()
-
-    stride = args.stride
-    if stride is None:
-        build_stride()
-        stride = default_stride()
-    if not stride.is_file():
-        parser.error(f"no stride binary at {stride}")
+    stride = stride_binary(parser, args)
 
     print(f"duckdb {duckdb.__version__}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="ssb_crosscheck_") as tmp:

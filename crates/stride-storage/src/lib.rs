@@ -16,6 +16,7 @@ pub mod error;
 pub mod files;
 pub mod ssb;
 pub mod table;
+pub mod tpcds;
 pub mod tpch;
 pub mod wal;
 

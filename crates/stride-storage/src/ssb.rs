@@ -408,7 +408,7 @@ fn stream_rng(seed: u64, stream: u64, index: usize) -> SmallRng {
 
 /// Runs `task(0) … task(tasks - 1)` on up to `threads` threads and returns
 /// the results in task order.
-fn run_tasks<T, F>(tasks: usize, threads: usize, task: F) -> Result<Vec<T>>
+pub(crate) fn run_tasks<T, F>(tasks: usize, threads: usize, task: F) -> Result<Vec<T>>
 where
     T: Send,
     F: Fn(usize) -> Result<T> + Sync,

@@ -307,8 +307,8 @@ fn new_tracer(path: &Option<PathBuf>) -> Option<(Arc<Tracer>, Instant)> {
 }
 
 fn isolated_cmd(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
-    if global.tpch.is_empty() && global.ssb.is_empty() {
-        bail!("name the data to run on: --tpch <SF> and/or --ssb <SF>");
+    if global.tpch.is_empty() && global.ssb.is_empty() && global.tpcds.is_empty() {
+        bail!("name the data to run on: --tpch <SF>, --ssb <SF> and/or --tpcds <SF>");
     }
     if args.runs == 0 {
         bail!("--runs must be at least 1");
@@ -340,6 +340,13 @@ fn isolated_cmd(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
             stride_storage::scale_factor_schema("ssb_", sf),
             filter(Workload::Ssb.queries())?,
             Workload::Ssb,
+        ));
+    }
+    for &sf in &global.tpcds {
+        suites.push((
+            stride_storage::scale_factor_schema("tpcds_", sf),
+            filter(Workload::Tpcds.queries())?,
+            Workload::Tpcds,
         ));
     }
     let params = Params::new(global.fixed_params, args.params_seed);

@@ -41,6 +41,9 @@ struct GlobalArgs {
     /// Generate the Star Schema Benchmark at these scale factors (schema `ssb_sf<SF>`).
     #[arg(long, global = true, value_delimiter = ',')]
     ssb: Vec<f64>,
+    /// Generate TPC-DS at these scale factors (schema `tpcds_sf<SF>`).
+    #[arg(long, global = true, value_delimiter = ',')]
+    tpcds: Vec<f64>,
     /// Seed of the SSB generator.
     #[arg(long, global = true, default_value_t = 42)]
     seed: u64,
@@ -127,7 +130,7 @@ struct GlobalArgs {
     /// Keep the catalog and every table created or loaded by SQL in this
     /// directory (created if missing): a write-ahead log fsynced at each
     /// commit, checkpoints as Arrow IPC files, recovery at start. One
-    /// process per directory. Generated schemas (--tpch, --ssb) stay in
+    /// process per directory. Generated schemas (--tpch, --ssb, --tpcds) stay in
     /// memory only. Without it, nothing outlives the process.
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -430,6 +433,20 @@ fn start_traced(
             t.elapsed()
         );
         if global.tpch.is_empty() {
+            session.set_default_schema(&schema)?;
+            engine.set_default_schema(&schema)?;
+        }
+    }
+    for &sf in &global.tpcds {
+        let t = Instant::now();
+        let schema = engine
+            .load_tpcds(sf)
+            .with_context(|| format!("generating TPC-DS SF {sf}"))?;
+        eprintln!(
+            "generated TPC-DS SF {sf} into schema {schema} in {:.1?}",
+            t.elapsed()
+        );
+        if global.tpch.is_empty() && global.ssb.is_empty() && sf == global.tpcds[0] {
             session.set_default_schema(&schema)?;
             engine.set_default_schema(&schema)?;
         }

@@ -1,4 +1,5 @@
-//! The built-in query workloads: the 22 TPC-H queries and the 13 SSB queries,
+//! The built-in query workloads: the 22 TPC-H queries, the 13 SSB queries and
+//! the 99 TPC-DS queries,
 //! embedded from `queries/` at the repository root, with their validation
 //! parameters or with substitution parameters drawn at random.
 //!
@@ -64,8 +65,13 @@ pub struct Param {
 /// FRACTION depends on it).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Workload {
-    Tpch { scale: f64 },
+    Tpch {
+        scale: f64,
+    },
     Ssb,
+    /// TPC-DS: the 99 queries with the qualification parameters; instances
+    /// are the same text (no parameter generator yet).
+    Tpcds,
 }
 
 impl Workload {
@@ -74,6 +80,7 @@ impl Workload {
         match self {
             Workload::Tpch { scale } => tpch(scale),
             Workload::Ssb => ssb(),
+            Workload::Tpcds => tpcds(),
         }
     }
 
@@ -83,6 +90,7 @@ impl Workload {
         match self {
             Workload::Tpch { scale } => tpch_instance(name, scale, rng),
             Workload::Ssb => ssb_instance(name, rng),
+            Workload::Tpcds => tpcds().into_iter().find(|q| q.name == name),
         }
     }
 }
@@ -128,6 +136,37 @@ pub fn ssb_instance(name: &str, rng: &mut dyn RngCore) -> Option<Query> {
     let values = (spec.draw)(rng);
     Some(ssb_query(spec, values))
 }
+
+/// The 99 TPC-DS queries (`q01` … `q99`) of `queries/tpcds/` with the
+/// specification's qualification parameters, as DuckDB's tpcds extension
+/// ships them.
+pub fn tpcds() -> Vec<Query> {
+    TPCDS_TEXTS
+        .iter()
+        .enumerate()
+        .map(|(i, text)| Query {
+            name: format!("q{:02}", i + 1),
+            sql: text.to_string(),
+            params: Vec::new(),
+        })
+        .collect()
+}
+
+macro_rules! tpcds_texts {
+    ($($n:literal)*) => {
+        [$(include_str!(concat!("../../../queries/tpcds/q", $n, ".sql"))),*]
+    };
+}
+
+/// The texts of TPC-DS q01 … q99, in order.
+const TPCDS_TEXTS: [&str; 99] = tpcds_texts!(
+    "01" "02" "03" "04" "05" "06" "07" "08" "09" "10" "11" "12" "13" "14" "15" "16" "17" "18"
+    "19" "20" "21" "22" "23" "24" "25" "26" "27" "28" "29" "30" "31" "32" "33" "34" "35" "36"
+    "37" "38" "39" "40" "41" "42" "43" "44" "45" "46" "47" "48" "49" "50" "51" "52" "53" "54"
+    "55" "56" "57" "58" "59" "60" "61" "62" "63" "64" "65" "66" "67" "68" "69" "70" "71" "72"
+    "73" "74" "75" "76" "77" "78" "79" "80" "81" "82" "83" "84" "85" "86" "87" "88" "89" "90"
+    "91" "92" "93" "94" "95" "96" "97" "98" "99"
+);
 
 /// The seed of one instance: the `k`-th draw of the stream named by `parts`
 /// (e.g. `["arrivals", "sf0_1", "q3"]`) under the benchmark seed `seed`.

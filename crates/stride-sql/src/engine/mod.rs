@@ -531,6 +531,14 @@ impl Engine {
         Ok(schema)
     }
 
+    /// Generates TPC-DS at `scale` into schema `tpcds_sf<scale>`; returns the schema name.
+    pub fn load_tpcds(&self, scale: f64) -> Result<String> {
+        let schema = stride_storage::scale_factor_schema("tpcds_", scale);
+        let threads = self.scheduler.config().workers;
+        self.add_tables(&schema, stride_storage::tpcds::generate(scale, threads)?)?;
+        Ok(schema)
+    }
+
     /// Generates SSB at `scale` into schema `ssb_sf<scale>`; returns the schema name.
     pub fn load_ssb(&self, scale: f64, seed: u64) -> Result<String> {
         let schema = stride_storage::scale_factor_schema("ssb_", scale);

@@ -409,6 +409,7 @@ mod tests {
         GlobalArgs {
             tpch,
             ssb: vec![],
+            tpcds: vec![],
             seed: 42,
             workers: None,
             morsel_rows: None,
