@@ -23,20 +23,6 @@ use std::time::Instant;
 
 /// Queries that end in an error today, with the exact error.
 const FAILING: &[(&str, &str)] = &[
-    // EXISTS subqueries under OR.
-    (
-        "q10",
-        "not supported: subquery inside a disjunction (mark join)",
-    ),
-    (
-        "q35",
-        "not supported: subquery inside a disjunction (mark join)",
-    ),
-    // `zip IN (...) OR i_item_id IN (SELECT ...)`.
-    (
-        "q45",
-        "not supported: subquery inside a disjunction (mark join)",
-    ),
     // Not a missing feature: at SF 0.01 the class `mystery` of `Books` has
     // one item, with revenue 0.00, so its window sum is 0 and
     // `0 * 100.0000 / 0` divides by zero. PostgreSQL raises the error too
