@@ -177,7 +177,9 @@ pub struct SimConfig {
     /// (preemption points). `None`: fluid work, a task may end anywhere.
     pub morsel: Option<f64>,
     /// Hand-over morsels: a worker running a task while a better group is
-    /// between two task sets uses morsels of at most this length.
+    /// between two task sets uses morsels of at most this length. As in the
+    /// scheduler, only with `preemption` (short morsels serve nothing
+    /// without preemption points).
     pub handover_morsel: Option<f64>,
     /// Slots: groups beyond this many wait for admission. `None`: one slot
     /// per job.
