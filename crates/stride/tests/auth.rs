@@ -1,6 +1,7 @@
 //! Authentication and encryption: SCRAM-SHA-256 with a driver
 //! (tokio-postgres) and with psql, TLS through rustls with psql
-//! (`sslmode=require`), plain-text clients refused when TLS is required, and
+//! (`sslmode=require`) and pgjdbc (`JdbcTls.java`), plain-text clients
+//! refused when TLS is required, and
 //! the byte bound on messages before authentication.
 
 mod common;
@@ -162,4 +163,22 @@ fn messages_before_authentication_are_small() {
     let _ = s.read_to_end(&mut answer);
     assert_eq!(answer.first(), Some(&b'E'));
     assert!(String::from_utf8_lossy(&answer).contains("08P01"));
+}
+
+/// pgjdbc (Debian's, as the client tests use it) over TLS with SCRAM: the
+/// server refuses plain text, so an answer means the session was encrypted.
+#[test]
+fn jdbc_over_tls_with_scram() {
+    let addr = servers().strict;
+    let mut cmd = Command::new("java");
+    cmd.args([
+        "-cp",
+        "/usr/share/java/postgresql.jar",
+        &format!("{}/tests/clients/JdbcTls.java", env!("CARGO_MANIFEST_DIR")),
+        &addr.ip().to_string(),
+        &addr.port().to_string(),
+        PASSWORD,
+    ]);
+    let out = common::client::run_program(cmd, "pgjdbc over TLS");
+    assert_eq!(out.trim(), "tls 42", "{out}");
 }
