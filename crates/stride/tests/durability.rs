@@ -64,9 +64,17 @@ impl Server {
         Server { child, addr }
     }
 
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+    /// Kills the server with SIGKILL and waits for it.
+    fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Server {
+    /// A test that fails midway still leaves no server behind.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
