@@ -37,14 +37,9 @@ impl Clock {
         (Clock::Virtual(clock.clone()), clock)
     }
 
-    /// A point in time to measure from ([`Self::since`]).
-    #[cfg(test)]
-    fn start(&self) -> ClockStart {
-        self.start_at(Instant::now())
-    }
-
-    /// A point in time to measure from, `wall` being the wall time now (the
-    /// worker reads it anyway: no second clock read on the task path).
+    /// A point in time to measure from ([`Self::since`]), `wall` being the
+    /// wall time now (the worker reads it anyway: no second clock read on
+    /// the task path).
     pub(crate) fn start_at(&self, wall: Instant) -> ClockStart {
         match self {
             Clock::Wall => ClockStart::Wall(wall),
@@ -108,7 +103,7 @@ mod tests {
     #[test]
     fn a_virtual_clock_measures_only_what_was_advanced() {
         let (clock, handle) = Clock::virtual_pair();
-        let start = clock.start();
+        let start = clock.start_at(Instant::now());
         std::thread::sleep(Duration::from_millis(2));
         assert_eq!(clock.since(start), Duration::ZERO);
         handle.advance(Duration::from_micros(1500));
@@ -122,7 +117,7 @@ mod tests {
     #[test]
     fn the_wall_clock_measures_elapsed_time() {
         let clock = Clock::Wall;
-        let start = clock.start();
+        let start = clock.start_at(Instant::now());
         std::thread::sleep(Duration::from_millis(2));
         assert!(clock.since(start) >= Duration::from_millis(2));
     }
