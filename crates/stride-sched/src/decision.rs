@@ -56,6 +56,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::affinity::{NodeAffinity, Reach};
 use crate::masks::words_for;
 use crate::policy::{GroupFacts, Policy, RankContext, Rng, StrideState};
 
@@ -101,18 +102,24 @@ struct LocalSlot {
     /// The group's cancel flag, kept while the slot is active so that a
     /// cancelled group is served (and so finalized) promptly.
     cancelled: Option<Arc<AtomicBool>>,
+    /// What this worker may take of the entry ([`crate::affinity`]);
+    /// back to `Local` whenever the worker learns a new entry.
+    reach: Reach,
 }
 
-/// `(rank, arrival)` of a slot; smaller is served first.
-type Key = (f64, u64);
+/// `(tier, rank, arrival)` of a slot; smaller is served first. The tier is
+/// the slot's [`Reach`]: a task set whose morsels on this worker's node are
+/// used up comes after every one that still has local work.
+type Key = (u8, f64, u64);
 
-/// The key of an inactive slot: behind every active one.
-const IDLE_KEY: Key = (f64::INFINITY, u64::MAX);
+/// The key of an inactive (or parked) slot: behind every choosable one.
+const IDLE_KEY: Key = (u8::MAX, f64::INFINITY, u64::MAX);
 
-/// The order of a decision: smaller rank, ties to the earlier arrival (and,
-/// in the tree and in the scan alike, to the smaller slot index).
+/// The order of a decision: lower tier, then smaller rank, ties to the
+/// earlier arrival (and, in the tree and in the scan alike, to the smaller
+/// slot index).
 fn before(a: Key, b: Key) -> bool {
-    a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
+    a.0 < b.0 || (a.0 == b.0 && (a.1 < b.1 || (a.1 == b.1 && a.2 < b.2)))
 }
 
 /// A tournament tree over the slots: `winner[i]` is the slot of smallest
@@ -213,6 +220,7 @@ impl DecisionCore {
                     seq: 0,
                     stride: StrideState::enter(&policy, &GroupFacts::default(), 0, 0.0),
                     cancelled: None,
+                    reach: Reach::Local,
                 })
                 .collect(),
             active: vec![0; words_for(slots)],
@@ -257,13 +265,16 @@ impl DecisionCore {
     }
 
     fn key(&mut self, k: usize) -> Key {
+        let Some(tier) = self.slots[k].reach.tier() else {
+            return IDLE_KEY;
+        };
         let mut ctx = RankContext {
             active_groups: self.active_count,
             workers: self.workers,
             rng: &mut self.rng,
         };
         let s = &self.slots[k].stride;
-        (s.rank(&self.policy, &mut ctx), s.arrival)
+        (tier, s.rank(&self.policy, &mut ctx), s.arrival)
     }
 
     /// Recomputes the key of every slot (idle for inactive ones).
@@ -321,6 +332,7 @@ impl DecisionCore {
         let (w, b) = (k / 64, 1u64 << (k % 64));
         self.cancelled[w] &= !b;
         self.slots[k].cancelled = None;
+        self.slots[k].reach = Reach::Local;
         if self.active[w] & b != 0 {
             self.active[w] &= !b;
             self.active_count -= 1;
@@ -487,7 +499,8 @@ impl DecisionCore {
         }
         if self.cached {
             let k = self.ranks.best();
-            return (k < self.slots.len() && self.is_active(k)).then_some(k);
+            return (k < self.slots.len() && self.is_active(k) && self.ranks.keys[k] != IDLE_KEY)
+                .then_some(k);
         }
         let mut ctx = RankContext {
             active_groups: self.active_count,
@@ -500,8 +513,11 @@ impl DecisionCore {
             while bits != 0 {
                 let k = i * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
+                let Some(tier) = self.slots[k].reach.tier() else {
+                    continue;
+                };
                 let s = &self.slots[k].stride;
-                let key = (s.rank(&self.policy, &mut ctx), s.arrival);
+                let key = (tier, s.rank(&self.policy, &mut ctx), s.arrival);
                 match best {
                     Some((b, _)) if !before(key, b) => {}
                     _ => best = Some((key, k)),
@@ -509,6 +525,22 @@ impl DecisionCore {
             }
         }
         best.map(|(_, k)| k)
+    }
+
+    /// A task of slot `k` found the worker's node dry while other nodes
+    /// still hold morsels ([`crate::TaskOutcome::NodeDry`]): the slot drops
+    /// to the steal tier (soft affinity) or is parked (hard) until the
+    /// worker learns the slot's next entry.
+    pub(crate) fn node_dry(&mut self, k: usize, affinity: NodeAffinity) {
+        if self.is_active(k) {
+            self.slots[k].reach = Reach::after(affinity);
+            self.refresh(k);
+        }
+    }
+
+    /// Whether a task of slot `k` runs as a thief ([`crate::TaskContext::stealing`]).
+    pub(crate) fn stealing(&self, k: usize) -> bool {
+        self.slots[k].reach == Reach::Steal
     }
 
     /// Charges a task of slot `k` that ran for `ran`.
@@ -546,6 +578,27 @@ mod tests {
     fn entry(id: u64, stage: usize, arrival: u64) -> TaskSetEntry {
         let group = Arc::new(ResourceGroup::new(id, Vec::new(), GroupFacts::default()));
         at(&group, stage, 0, arrival)
+    }
+
+    #[test]
+    fn a_node_dry_slot_comes_after_local_work_or_is_parked_until_its_next_entry() {
+        for policy in [Policy::Fifo, Policy::Lottery] {
+            let mut l = DecisionCore::new(8, 2, policy, 0);
+            let g = Arc::new(ResourceGroup::new(1, Vec::new(), GroupFacts::default()));
+            l.learn(2, &at(&g, 0, 2, 0).view());
+            l.learn(5, &entry(2, 0, 1).view());
+            l.node_dry(2, NodeAffinity::Soft);
+            assert_eq!(l.choose(), Some(5), "the local slot first");
+            assert!(l.stealing(2) && !l.stealing(5));
+            l.deactivate(5);
+            assert_eq!(l.choose(), Some(2), "then the steal tier");
+            l.node_dry(2, NodeAffinity::Hard);
+            assert_eq!(l.choose(), None, "parked");
+            assert!(l.is_active(2), "still the group's slot");
+            l.learn(2, &at(&g, 1, 2, 0).view());
+            assert_eq!(l.choose(), Some(2), "its next task set is local again");
+            assert!(!l.stealing(2));
+        }
     }
 
     #[test]

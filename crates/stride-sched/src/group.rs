@@ -61,6 +61,10 @@ pub struct QueryStats {
     pub morsels: u64,
     /// Number of source tuples processed.
     pub tuples: u64,
+    /// Morsels by where their data lived ([`crate::MorselPlace`]), for the
+    /// sources that know (table scans over placed blocks); the rest of
+    /// `morsels` is not counted here.
+    pub places: crate::PlaceCounts,
     /// Number of planned task sets (stages).
     pub task_sets: usize,
     /// Number of follow-up task sets that finalizations emitted and that
@@ -159,6 +163,8 @@ pub(crate) struct GroupCounters {
     pub(crate) tasks: AtomicU64,
     pub(crate) morsels: AtomicU64,
     pub(crate) tuples: AtomicU64,
+    /// Morsels by place: local, remote, stolen ([`crate::MorselPlace`]).
+    pub(crate) places: [AtomicU64; 3],
     /// Per task set: CPU nanoseconds and morsels of its tasks.
     pub(crate) task_set_cpu_ns: Vec<AtomicU64>,
     pub(crate) task_set_morsels: Vec<AtomicU64>,
@@ -186,6 +192,7 @@ impl GroupCounters {
             tasks: AtomicU64::new(0),
             morsels: AtomicU64::new(0),
             tuples: AtomicU64::new(0),
+            places: Default::default(),
             task_set_cpu_ns: (0..task_sets).map(|_| AtomicU64::new(0)).collect(),
             task_set_morsels: (0..task_sets).map(|_| AtomicU64::new(0)).collect(),
             morsel_buckets: (0..MORSEL_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
@@ -332,6 +339,11 @@ impl ResourceGroup {
             tasks: c.tasks.load(Ordering::Relaxed),
             morsels: c.morsels.load(Ordering::Relaxed),
             tuples: c.tuples.load(Ordering::Relaxed),
+            places: crate::PlaceCounts {
+                local: c.places[0].load(Ordering::Relaxed),
+                remote: c.places[1].load(Ordering::Relaxed),
+                stolen: c.places[2].load(Ordering::Relaxed),
+            },
             task_sets: self.task_sets.len(),
             follow_ups: c.follow_ups.load(Ordering::Relaxed),
             task_set_cpu: c

@@ -48,6 +48,7 @@
 //!   fake); which worker belongs to which node and is pinned to which cpu.
 
 pub mod admission;
+pub mod affinity;
 pub mod binding;
 pub mod cancel;
 pub mod clock;
@@ -71,6 +72,7 @@ pub mod trace;
 pub mod tuning;
 pub mod worker;
 
+pub use affinity::{MorselPlace, NodeAffinity, PlaceCounts};
 pub use cancel::Canceller;
 pub use clock::{Clock, VirtualClock};
 pub use group::{QueryHandle, QueryStats, ResourceGroupId};

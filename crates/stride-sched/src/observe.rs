@@ -43,6 +43,10 @@ pub(crate) struct WorkerCounters {
     pub(crate) finalizations: StdAtomicU64,
     pub(crate) preemptions: StdAtomicU64,
     pub(crate) handover_tasks: StdAtomicU64,
+    /// Morsels by place: local, remote, stolen ([`crate::MorselPlace`]).
+    pub(crate) places: [StdAtomicU64; 3],
+    /// Tasks run as a thief ([`crate::TaskContext::stealing`]).
+    pub(crate) steal_tasks: StdAtomicU64,
     /// Set once by the worker after its thread set-up.
     pub(crate) os: std::sync::OnceLock<OsSetup>,
 }
@@ -64,6 +68,12 @@ impl WorkerCounters {
             finalizations: self.finalizations.load(StdOrdering::Relaxed),
             preemptions: self.preemptions.load(StdOrdering::Relaxed),
             handover_tasks: self.handover_tasks.load(StdOrdering::Relaxed),
+            places: crate::PlaceCounts {
+                local: self.places[0].load(StdOrdering::Relaxed),
+                remote: self.places[1].load(StdOrdering::Relaxed),
+                stolen: self.places[2].load(StdOrdering::Relaxed),
+            },
+            steal_tasks: self.steal_tasks.load(StdOrdering::Relaxed),
             os: self.os.get().copied().unwrap_or_default(),
         }
     }
@@ -130,6 +140,15 @@ impl Observers {
         if t.handover {
             WorkerCounters::add(&counters.handover_tasks, 1);
         }
+        if t.ctx.stealing() {
+            WorkerCounters::add(&counters.steal_tasks, 1);
+        }
+        let p = t.ctx.places;
+        if !p.is_empty() {
+            for (counter, n) in counters.places.iter().zip([p.local, p.remote, p.stolen]) {
+                WorkerCounters::add(counter, n);
+            }
+        }
         if let Some(trace) = &self.trace {
             let (morsels, tuples) = (t.ctx.morsels, t.ctx.tuples);
             trace.record(t.start, end, t.group.id, t.stage, morsels, tuples, false);
@@ -181,6 +200,14 @@ fn account(group: &ResourceGroup, stage: usize, ran: Duration, ctx: &TaskContext
         c.morsels.fetch_add(ctx.morsels, Ordering::Relaxed);
         c.task_set_morsels[stage].fetch_add(ctx.morsels, Ordering::Relaxed);
         c.tuples.fetch_add(ctx.tuples, Ordering::Relaxed);
+        let p = ctx.places;
+        if !p.is_empty() {
+            for (counter, n) in c.places.iter().zip([p.local, p.remote, p.stolen]) {
+                if n > 0 {
+                    counter.fetch_add(n, Ordering::Relaxed);
+                }
+            }
+        }
         c.morsel_min.fetch_min(ctx.morsel_min, Ordering::Relaxed);
         c.morsel_max.fetch_max(ctx.morsel_max, Ordering::Relaxed);
         let mut used = ctx.used_buckets;

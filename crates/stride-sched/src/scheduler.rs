@@ -177,6 +177,9 @@ pub(crate) struct Shared {
     pub(crate) started: Instant,
     /// Per-worker statistics ([`WorkerCounters`]).
     pub(crate) worker_counters: Vec<WorkerCounters>,
+    /// Per node id of the topology (`0..=` the largest): whether any worker
+    /// runs there ([`crate::TaskContext::node_has_workers`]).
+    pub(crate) staffed: Box<[bool]>,
     /// The last [`TUNING_REPORTS`] tuning runs; pushed under `policy`'s
     /// lock together with the policy they set.
     pub(crate) tuning_reports: Mutex<VecDeque<TuningReport>>,
@@ -285,6 +288,15 @@ impl Scheduler {
             started: Instant::now(),
             worker_counters: (0..config.workers)
                 .map(|_| WorkerCounters::default())
+                .collect(),
+            staffed: (0..config
+                .topology
+                .nodes()
+                .iter()
+                .map(|n| n.id + 1)
+                .max()
+                .unwrap_or(1))
+                .map(|id| !config.topology.node_workers(id, config.workers).is_empty())
                 .collect(),
             tuning_reports: Mutex::new(VecDeque::new()),
             config,

@@ -26,6 +26,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::affinity::{MorselPlace, NodeAffinity, PlaceCounts};
 use crate::masks::UpdateMasks;
 use crate::morsel::{MorselPolicy, MorselSizer, MorselState};
 
@@ -75,6 +76,13 @@ pub enum TaskOutcome {
     Yielded,
     /// The task set has no more morsels to hand out.
     Exhausted,
+    /// No morsel is left on the worker's memory node, but other nodes
+    /// still hold some: with a [`NodeAffinity::Soft`] affinity the worker
+    /// may steal them later, with [`NodeAffinity::Hard`] only their nodes'
+    /// workers take them ([`crate::affinity`]). Never the last word on a
+    /// task set: some task reports [`TaskOutcome::Exhausted`] once every
+    /// node is dry.
+    NodeDry(NodeAffinity),
 }
 
 /// Work that the scheduler runs as a task set.
@@ -119,6 +127,13 @@ pub struct TaskContext<'a> {
     workers: usize,
     /// The memory node of the worker ([`crate::Topology::worker_node`]).
     node: usize,
+    /// Per node of the topology: whether any worker runs there.
+    staffed: &'a [bool],
+    /// The task may take other nodes' morsels: the worker found its own
+    /// node dry earlier and chose the task set from its steal tier.
+    stealing: bool,
+    /// Morsels of this task by place ([`Self::morsel_place`]).
+    pub(crate) places: PlaceCounts,
     sizer: MorselSizer<'a>,
     pub(crate) morsels: u64,
     pub(crate) tuples: u64,
@@ -184,6 +199,9 @@ impl<'a> TaskContext<'a> {
             worker,
             workers,
             node: 0,
+            staffed: &[],
+            stealing: false,
+            places: PlaceCounts::default(),
             sizer: MorselSizer::new(morsels.0, morsels.1, t_max, workers),
             morsels: 0,
             tuples: 0,
@@ -217,10 +235,47 @@ impl<'a> TaskContext<'a> {
         self.node
     }
 
-    /// Sets [`Self::node`].
-    pub(crate) fn with_node(mut self, node: usize) -> Self {
+    /// Sets [`Self::node`] and which nodes have workers.
+    pub(crate) fn with_node(mut self, node: usize, staffed: &'a [bool]) -> Self {
         self.node = node;
+        self.staffed = staffed;
         self
+    }
+
+    /// Lets the task take other nodes' morsels ([`Self::stealing`]).
+    pub(crate) fn with_stealing(mut self, stealing: bool) -> Self {
+        self.stealing = stealing;
+        self
+    }
+
+    /// One more than the largest node id of the scheduler's topology (its
+    /// number of nodes unless the kernel's ids have gaps; 1 when the task
+    /// runs outside a scheduler).
+    pub fn nodes(&self) -> usize {
+        self.staffed.len().max(1)
+    }
+
+    /// Whether any worker runs on `node`. A source never leaves morsels
+    /// bound to a node without workers: any worker takes them.
+    pub fn node_has_workers(&self, node: usize) -> bool {
+        self.staffed
+            .get(node)
+            .copied()
+            .unwrap_or(node == 0 && self.staffed.is_empty())
+    }
+
+    /// Whether the task may take morsels of other nodes: its worker found
+    /// its own node's part dry and chose the task set as a thief
+    /// ([`crate::affinity`]). Without an affinity a source ignores it.
+    pub fn stealing(&self) -> bool {
+        self.stealing
+    }
+
+    /// Records where the morsel being processed lives, relative to the
+    /// worker ([`MorselPlace`]); sources with placed blocks call it once
+    /// per morsel.
+    pub fn morsel_place(&mut self, place: MorselPlace) {
+        self.places.add(place);
     }
 
     /// Number of workers of the scheduler.

@@ -64,6 +64,12 @@ pub struct WorkerStats {
     /// Tasks run with short morsels while a better-ranked group was between
     /// two task sets ([`crate::SchedulerConfig::handover_morsel`]).
     pub handover_tasks: u64,
+    /// Morsels this worker processed, by where their data lived
+    /// ([`crate::MorselPlace`]; sources over placed blocks only).
+    pub places: crate::PlaceCounts,
+    /// Tasks run as a thief: chosen from the steal tier after the worker's
+    /// node ran dry ([`crate::affinity`]).
+    pub steal_tasks: u64,
     /// The OS thread's core, nice value and time slice, as the kernel holds
     /// them ([`crate::os_thread`]); default until the worker has started.
     pub os: OsSetup,
@@ -277,7 +283,11 @@ impl Worker {
                 shared.config.preemption.then_some(&shared.masks),
             )
             .with_morsel_cap(handover)
-            .with_node(shared.config.topology.worker_node(self.index));
+            .with_node(
+                shared.config.topology.worker_node(self.index),
+                &shared.staffed,
+            )
+            .with_stealing(self.local.stealing(k));
             {
                 let task_set = &e.work;
                 if let Some(c) = &mut self.clock {
@@ -302,6 +312,14 @@ impl Worker {
                 },
             );
             let outcome = match result {
+                Ok(Ok(TaskOutcome::NodeDry(affinity))) => {
+                    // Other nodes still hold morsels: this worker steps
+                    // back (crate::affinity), and every sleeper looks, so
+                    // that the nodes holding them are staffed.
+                    self.local.node_dry(k, affinity);
+                    shared.idle.wake(shared.config.workers);
+                    (false, None)
+                }
                 Ok(Ok(outcome)) => (outcome == TaskOutcome::Exhausted, None),
                 Ok(Err(err)) => (true, Some(QueryError::Failed(err))),
                 Err(panic) => (true, Some(QueryError::Panicked(panic_message(&panic)))),
