@@ -14,6 +14,9 @@
 //! Code map:
 //! * [`plan`] — the physical plan tree (properties only, no runtime state);
 //! * [`source`] — morsel sources: table blocks and materialized buffers;
+//! * [`placement`] — where a table's rows live (placements over memory
+//!   nodes) and how its scans treat that (affinities);
+//! * [`placed_source`] — locality-aware table scans: one cursor per node;
 //! * [`seq`] — `MorselSeq`, the order a pipeline's output keeps;
 //! * [`buffer`] — materialized intermediate results kept in source order;
 //! * [`memory`] — the server-wide memory pool and each query's account;
@@ -32,6 +35,8 @@ pub mod hash;
 pub mod memory;
 pub mod operator;
 pub mod pipeline;
+pub mod placed_source;
+pub mod placement;
 pub mod plan;
 pub mod seq;
 pub mod source;

@@ -24,9 +24,10 @@ use crate::operator::materialize::MaterializeSink;
 use crate::operator::projection::ProjectionOperator;
 use crate::operator::sort::SortSink;
 use crate::operator::{Deferred, Demand, Operator, Sink};
+use crate::placed_source::{PlacedSource, ScanOrder};
 use crate::plan::PhysicalPlan;
 use crate::seq::MorselSeq;
-use crate::source::{BlockSource, Blocks, Source};
+use crate::source::{BlockSource, Blocks, Source, Taken};
 use crate::step::StepTaskSet;
 
 /// One pipeline, run as one task set.
@@ -131,27 +132,10 @@ impl TaskSetWork for Pipeline {
     }
 
     fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
-        loop {
-            if self.sink.is_full() {
-                return Ok(TaskOutcome::Exhausted);
-            }
-            let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
-                return Ok(TaskOutcome::Yielded);
-            };
-            let Some(morsel) = self.source.next_morsel(rows)? else {
-                return Ok(TaskOutcome::Exhausted);
-            };
-            let rows = morsel.rows();
-            let stop = || ctx.stop_requested();
-            for (seq, batch) in morsel.slices {
-                self.push(0, seq, &Cell::new(0), batch, ctx.worker(), &stop)?;
-            }
-            if ctx.stop_requested() {
-                // Cancelled mid-morsel: the rest of it goes with the query.
-                return Ok(TaskOutcome::Yielded);
-            }
-            ctx.morsel_done(rows);
-        }
+        let start = std::time::Instant::now();
+        let outcome = self.run_morsels(ctx);
+        self.source.task_ran(start.elapsed());
+        outcome
     }
 
     fn finalize(&self, cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
@@ -165,6 +149,35 @@ impl TaskSetWork for Pipeline {
                 next_pass(self.id, deferred, rest.clone(), &self.sink, cx)?
             }
         })
+    }
+}
+
+impl Pipeline {
+    /// One task's morsels (see [`TaskSetWork::run_task`]).
+    fn run_morsels(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
+        loop {
+            if self.sink.is_full() {
+                return Ok(TaskOutcome::Exhausted);
+            }
+            let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
+                return Ok(TaskOutcome::Yielded);
+            };
+            let morsel = match self.source.take(rows, ctx)? {
+                Taken::Morsel(m) => m,
+                Taken::Dry => return Ok(TaskOutcome::Exhausted),
+                Taken::NodeDry(affinity) => return Ok(TaskOutcome::NodeDry(affinity)),
+            };
+            let rows = morsel.rows();
+            let stop = || ctx.stop_requested();
+            for (seq, batch) in morsel.slices {
+                self.push(0, seq, &Cell::new(0), batch, ctx.worker(), &stop)?;
+            }
+            if ctx.stop_requested() {
+                // Cancelled mid-morsel: the rest of it goes with the query.
+                return Ok(TaskOutcome::Yielded);
+            }
+            ctx.morsel_done(rows);
+        }
     }
 }
 
@@ -244,6 +257,9 @@ pub(crate) struct Open {
 /// pipeline over a buffer), e.g. `operator::hash_join::wire`.
 pub(crate) struct Compiler {
     pub(crate) workers: usize,
+    /// Whether the scans being compiled must hand out a prefix of their
+    /// table (below a LIMIT, up to the next breaker).
+    order: ScanOrder,
     pipelines: Vec<Pipeline>,
     /// The query's memory account, charged by every breaker and buffer.
     pub(crate) memory: Arc<QueryMemory>,
@@ -266,16 +282,30 @@ impl Compiler {
         }
     }
 
+    /// Compiles the input of a breaker whose own sink takes every row: its
+    /// scans may hand out rows in any order.
+    pub(crate) fn compile_any_order(&mut self, plan: &PhysicalPlan) -> Result<Open> {
+        let outer = std::mem::replace(&mut self.order, ScanOrder::Any);
+        let open = self.compile(plan);
+        self.order = outer;
+        open
+    }
+
     pub(crate) fn compile(&mut self, plan: &PhysicalPlan) -> Result<Open> {
         Ok(match plan {
             PhysicalPlan::Scan {
-                table, projection, ..
+                table,
+                projection,
+                placement,
+                ..
             } => Open {
-                source: Arc::new(BlockSource::new(Blocks::Table {
-                    name: table.name().to_string(),
-                    blocks: table.blocks().clone(),
-                    projection: projection.clone(),
-                })),
+                source: Arc::new(PlacedSource::new(
+                    table.name(),
+                    table.blocks().clone(),
+                    projection.clone(),
+                    placement.clone(),
+                    self.order,
+                )),
                 operators: Vec::new(),
             },
             PhysicalPlan::Values { batches, .. } => Open {
@@ -341,7 +371,7 @@ impl Compiler {
                     self.workers,
                     self.memory.clone(),
                 )?;
-                let open = self.compile(input)?;
+                let open = self.compile_any_order(input)?;
                 self.close(open, Arc::new(sink));
                 Open {
                     source: Arc::new(merge),
@@ -358,13 +388,16 @@ impl Compiler {
                     self.memory.clone(),
                     buffer.clone(),
                 )?;
-                let open = self.compile(input)?;
+                let open = self.compile_any_order(input)?;
                 self.close(open, Arc::new(sink));
                 Self::read(buffer, "sorted rows")
             }
             PhysicalPlan::Limit { input, skip, fetch } => {
                 let buffer = Arc::new(Buffer::new(self.memory.clone(), "limited rows"));
-                let open = self.compile(input)?;
+                let outer = std::mem::replace(&mut self.order, ScanOrder::Prefix);
+                let open = self.compile(input);
+                self.order = outer;
+                let open = open?;
                 self.close(
                     open,
                     Arc::new(LimitSink::new(
@@ -379,7 +412,7 @@ impl Compiler {
             PhysicalPlan::Union { inputs, .. } => {
                 let buffer = Arc::new(Buffer::new(self.memory.clone(), "union"));
                 for (i, input) in inputs.iter().enumerate() {
-                    let open = self.compile(input)?;
+                    let open = self.compile_any_order(input)?;
                     self.close(
                         open,
                         Arc::new(MaterializeSink::new(
@@ -405,6 +438,7 @@ pub fn compile(
 ) -> Result<Vec<Pipeline>> {
     let mut c = Compiler {
         workers: workers.max(1),
+        order: ScanOrder::Any,
         pipelines: Vec::new(),
         memory: memory.clone(),
     };

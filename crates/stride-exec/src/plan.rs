@@ -157,11 +157,13 @@ pub struct WindowPlan {
 /// [`crate::nullable_schema`]).
 #[derive(Debug)]
 pub enum PhysicalPlan {
-    /// Reads columns `projection` of a table snapshot.
+    /// Reads columns `projection` of a table snapshot, its rows placed on
+    /// memory nodes and its tasks given an affinity as `placement` says.
     Scan {
         table: Arc<Table>,
         projection: Vec<usize>,
         schema: SchemaRef,
+        placement: crate::placement::ScanPlacement,
     },
     /// Literal rows (VALUES, a one-row relation, an empty relation).
     Values {

@@ -8,8 +8,10 @@
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
+use stride_sched::{NodeAffinity, TaskContext};
 
 use crate::buffer::{Block, Buffer};
 use crate::error::Result;
@@ -27,10 +29,37 @@ impl Morsel {
     }
 }
 
+/// What a task got from [`Source::take`].
+#[derive(Debug)]
+pub enum Taken {
+    Morsel(Morsel),
+    /// Nothing is left for anyone.
+    Dry,
+    /// Nothing is left on the task's node that it may take; other nodes
+    /// still hold rows ([`stride_sched::TaskOutcome::NodeDry`]).
+    NodeDry(NodeAffinity),
+}
+
 /// Where a pipeline takes its morsels from.
 pub trait Source: Send + Sync + fmt::Debug {
     /// Takes the next morsel of about `rows` rows; `None` once the source is dry.
     fn next_morsel(&self, rows: usize) -> Result<Option<Morsel>>;
+    /// Takes the next morsel for the task `ctx` runs: sources over placed
+    /// blocks ([`crate::placed_source`]) look at the worker's node, and
+    /// report where the morsel's rows live. The default is
+    /// [`Self::next_morsel`].
+    fn take(&self, rows: usize, ctx: &mut TaskContext<'_>) -> Result<Taken> {
+        let _ = ctx;
+        Ok(match self.next_morsel(rows)? {
+            Some(m) => Taken::Morsel(m),
+            None => Taken::Dry,
+        })
+    }
+    /// A task of the pipeline ran for `ran` (what it cost, for sources that
+    /// adapt to it); called once per task.
+    fn task_ran(&self, ran: Duration) {
+        let _ = ran;
+    }
     /// Rows not yet handed out, when the source knows (adaptive morsels use
     /// it to finish all workers together).
     fn remaining_rows(&self) -> Option<usize> {

@@ -35,6 +35,9 @@ use crate::error::{Result, SqlError};
 pub struct Lowerer {
     props: ExecutionProps,
     planning: PhysicalPlanningContext,
+    /// How table scans are placed and scheduled (the session's
+    /// `stride.placement` and `stride.affinity` over the topology's nodes).
+    scan: stride_exec::placement::ScanPlacement,
 }
 
 impl Default for Lowerer {
@@ -42,6 +45,17 @@ impl Default for Lowerer {
         Lowerer {
             props: ExecutionProps::new(),
             planning: PhysicalPlanningContext::default(),
+            scan: stride_exec::placement::ScanPlacement::default(),
+        }
+    }
+}
+
+impl Lowerer {
+    /// A lowerer whose scans use `scan`.
+    pub fn with_scan(scan: stride_exec::placement::ScanPlacement) -> Self {
+        Lowerer {
+            scan,
+            ..Lowerer::default()
         }
     }
 }
@@ -188,6 +202,7 @@ impl Lowerer {
             table,
             projection,
             schema: arrow_schema(&scan.projected_schema),
+            placement: self.scan.clone(),
         };
         Ok(match scan.fetch {
             Some(n) => PhysicalPlan::Limit {

@@ -9,6 +9,8 @@
 //! | `stride.workers`             | engine  | read-only                               |
 //! | `stride.memory_limit`        | engine  | a size (`4GB`): all queries together     |
 //! | `stride.query_memory_limit`  | session | a size: one query of this session        |
+//! | `stride.placement`           | session | first-touch, interleave, rr, pp, pax, default |
+//! | `stride.affinity`            | session | os, target, bound, auto, default        |
 //! | `stride.temp_directory`      | engine  | an existing directory: where queries spill |
 //! | `temp_file_limit`            | engine  | a size (no unit: kB), -1: spill files of one query |
 //! | `search_path`                | session | an existing schema                      |
@@ -60,6 +62,12 @@ pub struct SessionSettings {
     pub static_priority: bool,
     /// Bytes one query of this session may hold; `None`: the engine's default.
     pub query_memory_limit: Option<usize>,
+    /// How this session's scans place tables over memory nodes; `None`:
+    /// the engine's default (`--placement`).
+    pub placement: Option<stride_exec::placement::Placement>,
+    /// How this session's scans treat that placement; `None`: the engine's
+    /// default (`--affinity`).
+    pub affinity: Option<stride_exec::placement::Affinity>,
     /// PostgreSQL settings, lower-case names.
     pg: BTreeMap<String, String>,
 }
@@ -70,12 +78,35 @@ impl Default for SessionSettings {
             user_priority: 1.0,
             static_priority: false,
             query_memory_limit: None,
+            placement: None,
+            affinity: None,
             pg: PG_SETTINGS
                 .iter()
                 .map(|(k, v, _)| (k.to_string(), v.to_string()))
                 .collect(),
         }
     }
+}
+
+/// A session value that may be `default` (the engine's), or else a name
+/// `T` parses.
+fn parse_default_or<T>(name: &str, value: &str) -> Result<Option<T>>
+where
+    T: std::str::FromStr<Err = stride_exec::placement::UnknownName>,
+{
+    if value.eq_ignore_ascii_case("default") {
+        return Ok(None);
+    }
+    value.parse().map(Some).map_err(|e| {
+        SqlError::setting(
+            SettingKind::InvalidValue,
+            format!("invalid value for parameter \"{name}\": {e}"),
+        )
+    })
+}
+
+fn show_default_or<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "default".to_string(), |v| v.to_string())
 }
 
 /// Parses `on/off/true/false/1/0`.
@@ -121,6 +152,14 @@ impl SessionSettings {
                 } else {
                     Some(memory_size(name, value)?)
                 };
+                Ok(())
+            }
+            "stride.placement" => {
+                self.placement = parse_default_or(name, value)?;
+                Ok(())
+            }
+            "stride.affinity" => {
+                self.affinity = parse_default_or(name, value)?;
                 Ok(())
             }
             "stride.workers" => Err(SqlError::setting(
@@ -187,6 +226,8 @@ impl SessionSettings {
                 self.query_memory_limit
                     .map_or_else(|| "default".to_string(), show_size),
             ),
+            "stride.placement" => Some(show_default_or(self.placement)),
+            "stride.affinity" => Some(show_default_or(self.affinity)),
             _ => self.pg.get(name).cloned(),
         }
     }
@@ -202,6 +243,8 @@ impl SessionSettings {
             "stride.static_priority".into(),
             if self.static_priority { "on" } else { "off" }.into(),
         ));
+        out.push(("stride.placement".into(), show_default_or(self.placement)));
+        out.push(("stride.affinity".into(), show_default_or(self.affinity)));
         out.sort();
         out
     }

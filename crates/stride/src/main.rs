@@ -86,6 +86,19 @@ struct GlobalArgs {
     /// topology runs one worker per core.
     #[arg(long, global = true, value_name = "SPEC", value_parser = parse_topology)]
     topology: Option<stride_sched::TopologySpec>,
+    /// How tables' rows are dealt to the topology's memory nodes (seed 002
+    /// §4.2): first-touch (the default: where the loader wrote them),
+    /// interleave, rr (whole tables round-robin), pp (one range partition
+    /// per node) or pax (16 Ki-row stripes round-robin). A session may set
+    /// `stride.placement`.
+    #[arg(long, global = true, value_name = "PLACEMENT")]
+    placement: Option<stride_exec::placement::Placement>,
+    /// How scans treat the placement (seed 002 §5): os (no affinity),
+    /// target (own node first, then steal), bound (own node only) or auto
+    /// (the default: bound when measured memory-bound, target otherwise).
+    /// A session may set `stride.affinity`.
+    #[arg(long, global = true, value_name = "AFFINITY")]
+    affinity: Option<stride_exec::placement::Affinity>,
     /// Hand-over morsels in µs: a worker's morsels while a group it ranks
     /// first is between two task sets (default 100; 0: off).
     #[arg(long, global = true, value_name = "US")]
@@ -366,10 +379,18 @@ fn start_traced(
         file_limit: global.temp_file_limit.map(|b| b as u64),
         force: false,
     };
+    let mut scans = stride_sql::ScanDefaults::default();
+    if let Some(p) = global.placement {
+        scans.placement = p;
+    }
+    if let Some(a) = global.affinity {
+        scans.affinity = a;
+    }
     let engine = Engine::new(EngineConfig {
         scheduler,
         memory,
         spill,
+        scans,
     });
     if let Some(mode) = estimates {
         engine.history().set_mode(mode);

@@ -45,6 +45,7 @@ fn server() -> &'static Fixture {
                 file_limit: None,
                 force: false,
             },
+            ..Default::default()
         });
         engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
         engine.set_default_schema("sf0_01").unwrap();

@@ -26,6 +26,7 @@ mod common;
 
 use std::path::Path;
 
+use stride_exec::placement::{Affinity, Placement};
 use stride_sched::SchedulerConfig;
 use stride_sql::{Engine, EngineConfig, StatementOutput};
 
@@ -122,13 +123,33 @@ fn render(out: &stride_sql::QueryOutput) -> Vec<String> {
         .collect()
 }
 
-fn run_file(
-    path: &Path,
+/// One configuration the files run under.
+#[derive(Debug, Clone, Copy)]
+struct RunConfig {
     workers: usize,
+    /// Fixed morsels of this many rows; `None`: adaptive.
     morsel_rows: Option<usize>,
     force_spill: bool,
-) -> (Vec<String>, u64) {
+    /// A synthetic topology (`nodes=N,cores-per-node=M`) with its scan
+    /// placement and affinity; `None`: the machine's, defaults.
+    numa: Option<(&'static str, Placement, Affinity)>,
+}
+
+fn run_file(path: &Path, config: RunConfig) -> (Vec<String>, u64) {
+    let RunConfig {
+        workers,
+        morsel_rows,
+        force_spill,
+        numa,
+    } = config;
     let text = std::fs::read_to_string(path).unwrap();
+    let mut topology = stride_sched::Topology::machine();
+    let mut scans = stride_sql::ScanDefaults::default();
+    if let Some((spec, placement, affinity)) = numa {
+        topology = std::sync::Arc::new(stride_sched::Topology::from_spec(spec).unwrap());
+        scans.placement = placement;
+        scans.affinity = affinity;
+    }
     let engine = Engine::new(EngineConfig {
         scheduler: SchedulerConfig {
             workers,
@@ -143,12 +164,14 @@ fn run_file(
                 None => stride_sched::MorselPolicy::Adaptive(Default::default()),
             },
             pin_workers: false,
+            topology,
             ..SchedulerConfig::default()
         },
         spill: stride_sql::SpillConfig {
             force: force_spill,
             ..Default::default()
         },
+        scans,
         ..Default::default()
     });
     let mut session = engine.session();
@@ -231,27 +254,66 @@ fn sqllogictest_files() {
     files.sort();
     assert!(!files.is_empty(), "no .slt files in {}", dir.display());
     // Tiny fixed morsels on 1 and 2 workers, and adaptive morsels (seed 001
-    // §3.1); then tiny morsels with every spillable operator spilling.
+    // §3.1); then tiny morsels with every spillable operator spilling; then
+    // tables placed over synthetic nodes (logical: this machine has one),
+    // scanned with each affinity — four nodes with three workers leave one
+    // node without workers.
+    let plain = |workers, morsel_rows, force_spill| RunConfig {
+        workers,
+        morsel_rows,
+        force_spill,
+        numa: None,
+    };
+    let numa = |workers, spec, placement, affinity| RunConfig {
+        workers,
+        morsel_rows: Some(2),
+        force_spill: false,
+        numa: Some((spec, placement, affinity)),
+    };
     let configs = [
-        (1, Some(2), false),
-        (2, Some(3), false),
-        (2, None, false),
-        (2, Some(3), true),
+        plain(1, Some(2), false),
+        plain(2, Some(3), false),
+        plain(2, None, false),
+        plain(2, Some(3), true),
+        numa(
+            2,
+            "nodes=2,cores-per-node=1",
+            Placement::Partitioned,
+            Affinity::Bound,
+        ),
+        numa(
+            3,
+            "nodes=4,cores-per-node=1",
+            Placement::Partitioned,
+            Affinity::Target,
+        ),
+        numa(
+            2,
+            "nodes=2,cores-per-node=1",
+            Placement::RoundRobin,
+            Affinity::Auto,
+        ),
     ];
     let mut failures = Vec::new();
     let mut checked = 0;
     let mut spilled_files = 0;
     for file in &files {
-        for &(workers, morsel_rows, spill) in &configs {
-            let (file_failures, spilled) = run_file(file, workers, morsel_rows, spill);
-            if spill && spilled > 0 {
+        for &config in &configs {
+            let (file_failures, spilled) = run_file(file, config);
+            if config.force_spill && spilled > 0 {
                 spilled_files += 1;
             }
             for f in file_failures {
                 failures.push(format!(
-                    "[{workers} workers, {} morsels{}] {f}",
-                    morsel_rows.map_or("adaptive".to_string(), |n| format!("{n}-row")),
-                    if spill { ", spilling" } else { "" }
+                    "[{} workers, {} morsels{}{}] {f}",
+                    config.workers,
+                    config
+                        .morsel_rows
+                        .map_or("adaptive".to_string(), |n| format!("{n}-row")),
+                    if config.force_spill { ", spilling" } else { "" },
+                    config
+                        .numa
+                        .map_or(String::new(), |(spec, p, a)| format!(", {spec} {p} {a}")),
                 ));
             }
             checked += 1;

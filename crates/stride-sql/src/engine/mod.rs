@@ -75,6 +75,27 @@ pub struct EngineConfig {
     pub scheduler: SchedulerConfig,
     pub memory: MemoryConfig,
     pub spill: SpillConfig,
+    pub scans: ScanDefaults,
+}
+
+/// How table scans are placed and scheduled unless a session sets
+/// `stride.placement` / `stride.affinity` (`stride_exec::placement`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScanDefaults {
+    pub placement: stride_exec::placement::Placement,
+    pub affinity: stride_exec::placement::Affinity,
+    /// Auto's memory-bound threshold, bytes per CPU second.
+    pub memory_bound_bytes_per_sec: f64,
+}
+
+impl Default for ScanDefaults {
+    fn default() -> Self {
+        ScanDefaults {
+            placement: Default::default(),
+            affinity: Default::default(),
+            memory_bound_bytes_per_sec: stride_exec::placement::MEMORY_BOUND_BYTES_PER_SEC,
+        }
+    }
 }
 
 /// Where queries spill what their memory share cannot hold (see
@@ -214,6 +235,10 @@ pub struct Engine {
     /// The roles' generation last written to the data directory; its mutex
     /// orders the writes, so a later write never carries an older catalog.
     security_persisted: std::sync::Mutex<u64>,
+    /// Scan placement and affinity unless a session sets its own.
+    scans: ScanDefaults,
+    /// The scheduler topology's node ids (what placements deal rows to).
+    nodes: Arc<[usize]>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -274,9 +299,18 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Arc<Engine> {
         let mut options = ConfigOptions::new();
         options.sql_parser.parse_float_as_decimal = true;
+        let nodes: Arc<[usize]> = config
+            .scheduler
+            .topology
+            .nodes()
+            .iter()
+            .map(|n| n.id)
+            .collect();
         Arc::new(Engine {
             catalog: Arc::new(Catalog::new()),
             scheduler: Scheduler::new(config.scheduler),
+            scans: config.scans,
+            nodes,
             functions: FunctionRegistry::default(),
             options,
             log: QueryLog::default(),
@@ -296,6 +330,16 @@ impl Engine {
             data_dir: std::sync::OnceLock::new(),
             security_persisted: std::sync::Mutex::new(0),
         })
+    }
+
+    /// The engine's scan defaults (`--placement`, `--affinity`).
+    pub fn scan_defaults(&self) -> ScanDefaults {
+        self.scans
+    }
+
+    /// The scheduler topology's node ids, in order.
+    pub fn nodes(&self) -> &Arc<[usize]> {
+        &self.nodes
     }
 
     /// Opens the data directory, recovers its tables into the catalog and

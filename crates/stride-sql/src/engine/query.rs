@@ -25,12 +25,25 @@ impl Session {
             .unwrap_or_else(|| self.engine.query_memory_limit())
     }
 
+    /// How this session's scans are placed and scheduled: its
+    /// `stride.placement` / `stride.affinity`, else the engine's defaults,
+    /// over the topology's nodes.
+    pub fn scan_placement(&self) -> stride_exec::placement::ScanPlacement {
+        let defaults = self.engine.scan_defaults();
+        stride_exec::placement::ScanPlacement {
+            placement: self.settings.placement.unwrap_or(defaults.placement),
+            affinity: self.settings.affinity.unwrap_or(defaults.affinity),
+            nodes: self.engine.nodes().clone(),
+            memory_bound_bytes_per_sec: defaults.memory_bound_bytes_per_sec,
+        }
+    }
+
     /// Runs an optimized query plan: scalar subqueries first, then the plan.
     pub fn run_query(&self, plan: &LogicalPlan) -> Result<QueryOutput> {
         let start = Instant::now();
         let plan = self.substitute_subqueries(plan.clone())?;
         self.interrupt.check()?;
-        let physical = Lowerer::default().lower(&plan)?;
+        let physical = Lowerer::with_scan(self.scan_placement()).lower(&plan)?;
         let planning = start.elapsed();
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
         let exec_start = Instant::now();
@@ -216,7 +229,7 @@ impl Session {
             })
             .map_err(SqlError::from)?
             .data;
-        Lowerer::default().lower(&placeholder)
+        Lowerer::with_scan(self.scan_placement()).lower(&placeholder)
     }
 
     /// Plans one SQL query (parse, bind, optimize, lower) without running it.

@@ -420,6 +420,8 @@ mod tests {
             worker_os_priority: None,
             worker_os_slice_us: None,
             topology: None,
+            placement: None,
+            affinity: None,
             handover_morsel_us: None,
             self_tuning: None,
             fixed_params: false,

@@ -49,7 +49,7 @@ pub(crate) fn wire(c: &mut Compiler, j: &HashJoinPlan) -> Result<Open> {
     let encoder = Arc::new(KeyEncoder::new(key_types, j.null_equals_null)?);
     let slot = Arc::new(OnceLock::new());
 
-    let build_open = c.compile(build)?;
+    let build_open = c.compile_any_order(build)?;
     let build_sink = HashBuildSink::new(
         build_keys,
         encoder.clone(),

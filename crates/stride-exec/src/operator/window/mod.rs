@@ -83,7 +83,7 @@ pub(crate) fn wire(c: &mut Compiler, plan: &WindowPlan) -> Result<Open> {
         })
         .chain(plan.order_by.iter().cloned())
         .collect();
-    let mut open = c.compile(&plan.input)?;
+    let mut open = c.compile_any_order(&plan.input)?;
     if !keys.is_empty() {
         let buffer = Arc::new(Buffer::new(c.memory.clone(), "window input"));
         let sort = SortSink::new(
