@@ -85,19 +85,29 @@ pub struct UnknownName {
     pub expected: String,
 }
 
+/// The one of `all` whose name is `s` (case-insensitive).
+fn parse_named<T: Copy>(
+    s: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    what: &'static str,
+) -> Result<T, UnknownName> {
+    let s = s.trim().to_ascii_lowercase();
+    all.iter()
+        .copied()
+        .find(|&v| name(v) == s)
+        .ok_or_else(|| UnknownName {
+            what,
+            name: s,
+            expected: all.iter().map(|&v| name(v)).collect::<Vec<_>>().join(", "),
+        })
+}
+
 impl FromStr for Placement {
     type Err = UnknownName;
 
     fn from_str(s: &str) -> Result<Self, UnknownName> {
-        let s = s.trim().to_ascii_lowercase();
-        Placement::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| UnknownName {
-                what: "placement",
-                name: s,
-                expected: Placement::ALL.map(Placement::name).join(", "),
-            })
+        parse_named(s, &Placement::ALL, Placement::name, "placement")
     }
 }
 
@@ -145,15 +155,7 @@ impl FromStr for Affinity {
     type Err = UnknownName;
 
     fn from_str(s: &str) -> Result<Self, UnknownName> {
-        let s = s.trim().to_ascii_lowercase();
-        Affinity::ALL
-            .into_iter()
-            .find(|a| a.name() == s)
-            .ok_or_else(|| UnknownName {
-                what: "affinity",
-                name: s,
-                expected: Affinity::ALL.map(Affinity::name).join(", "),
-            })
+        parse_named(s, &Affinity::ALL, Affinity::name, "affinity")
     }
 }
 
