@@ -11,14 +11,13 @@
 //! blocks runs under the scheduler ([`crate::affinity`]):
 //!
 //! * each simulated worker has a node ([`Machine::worker_node`]);
-//! * a task reads one node's part at a time ([`Parts::take`]): without an
+//! * a task reads one node's part at a time (`Parts::take`): without an
 //!   affinity, one cursor over all nodes in order; with one, its worker's
 //!   node first, then nodes without workers; a task chosen from the steal
-//!   tier ([`crate::decision::DecisionCore::stealing`]) then takes other
-//!   nodes' parts in ring order from its own node; otherwise, when other
-//!   nodes still hold work, the task returns `NodeDry` and the simulator
-//!   calls the same [`crate::decision::DecisionCore::node_dry`] the worker
-//!   calls;
+//!   tier (`DecisionCore::stealing`) then takes other nodes' parts in ring
+//!   order from its own node; otherwise, when other nodes still hold work,
+//!   the task returns `NodeDry` and the simulator calls the same
+//!   `DecisionCore::node_dry` the worker calls;
 //! * work is fluid: a task draws from its part at its current rate until
 //!   its quantum (wall time) is spent or the part runs dry, when it moves on
 //!   as above (Exhausted once every part is dry). Rates come from
