@@ -393,6 +393,18 @@ fn print_the_modelled_figures() {
             &skewed(m, 256, a, 1.0),
         );
     }
+    // The ratios against the number of clients (the fit is at 256).
+    for clients in [64, 256, 1024] {
+        let [os, target, bound] = STRATEGIES.map(|(_, a)| uniform(m, clients, a, 1.0));
+        let skew = [Some(NodeAffinity::Soft), Some(NodeAffinity::Hard)]
+            .map(|a| skewed(m, clients, a, 1.0));
+        println!(
+            "modelled, {clients} clients: Fig. 8 Target {:.2}× OS, Bound {:.2}× OS; Fig. 15 Target {:.1} % below Bound",
+            target.throughput / os.throughput,
+            bound.throughput / os.throughput,
+            (1.0 - skew[0].throughput / skew[1].throughput) * 100.0
+        );
+    }
     for (kind, i) in [
         ("Q1-like (1 GiB/s)", Q1_INTENSITY),
         ("scan (6.7 GB/s)", SCAN_INTENSITY),
