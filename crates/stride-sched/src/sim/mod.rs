@@ -55,6 +55,16 @@
 //! over the completed jobs; and, with [`SimConfig::record`], every task. A
 //! `horizon` stops the simulation early (shares of long-running jobs).
 //!
+//! **NUMA machine model.** With [`SimConfig::machine`] the workers get
+//! nodes and task sets may carry a [`Placement`] (work per memory node, an
+//! affinity, a memory intensity): tasks then read their parts through the
+//! same `DecisionCore::node_dry` / `DecisionCore::stealing` calls the
+//! worker loop makes, and progress fluidly at the rates the machine model
+//! gives them, recomputed at every event ([`numa`] for the tasks,
+//! [`machine`] for the model, its parameters and what was fitted). Results
+//! carry per-node busy time, served bytes and work by place
+//! ([`SimResult::numa`]).
+//!
 //! **Processor sharing.** [`simulate_ps`] is the policy-independent
 //! reference: fluid egalitarian processor sharing (EQUI, seed 000 §2.2.2) —
 //! at every instant the `W` workers are divided equally among the active
@@ -73,6 +83,13 @@ use crate::decision::{DecisionCore, EntryView, SlotState};
 use crate::masks::{MaskKind, UpdateMasks};
 use crate::policy::{GroupFacts, Policy, TaskSetEstimate};
 
+pub mod machine;
+pub mod numa;
+
+pub use machine::{Machine, GIB_PER_S};
+pub use numa::{NumaStats, Placement};
+use numa::{Parts, Reader, Take};
+
 /// One task set (pipeline) of a simulated job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimTaskSet {
@@ -83,6 +100,9 @@ pub struct SimTaskSet {
     /// Seed 000's classification, reported to the policy through the job's
     /// estimates ([`SimJob::with_exact_estimates`]).
     pub elastic: bool,
+    /// Where the work's data lives ([`numa`]); used with
+    /// [`SimConfig::machine`] only.
+    pub placement: Option<Placement>,
 }
 
 impl SimTaskSet {
@@ -92,6 +112,7 @@ impl SimTaskSet {
             work,
             parallelism: usize::MAX,
             elastic: true,
+            placement: None,
         }
     }
 
@@ -101,7 +122,16 @@ impl SimTaskSet {
             work,
             parallelism: parallelism.max(1),
             elastic: false,
+            placement: None,
         }
+    }
+
+    /// Places the task set's work ([`numa`]); its work becomes the sum of
+    /// the placement's parts.
+    pub fn with_placement(mut self, placement: Placement) -> Self {
+        self.work = placement.per_node.iter().map(|w| w.max(0.0)).sum();
+        self.placement = Some(placement);
+        self
     }
 }
 
@@ -186,6 +216,10 @@ pub struct SimConfig {
     pub slots: Option<usize>,
     /// Record every task in [`SimResult::tasks`].
     pub record: bool,
+    /// The NUMA machine model ([`machine`], [`numa`]): workers get nodes,
+    /// placed task sets read memory at the rates the machine gives them.
+    /// Preemption points and morsels are ignored with a machine.
+    pub machine: Option<Machine>,
 }
 
 impl SimConfig {
@@ -201,6 +235,7 @@ impl SimConfig {
             handover_morsel: None,
             slots: None,
             record: false,
+            machine: None,
         }
     }
 }
@@ -256,6 +291,8 @@ pub struct SimResult {
     pub end: f64,
     /// Every task, when [`SimConfig::record`] is set.
     pub tasks: Vec<SimTaskRecord>,
+    /// Nodes, places and served bytes, with [`SimConfig::machine`].
+    pub numa: Option<NumaStats>,
 }
 
 impl SimResult {
@@ -292,23 +329,28 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
 /// Latency of `job` alone on `workers` workers with tasks of `quantum`
 /// (the policy does not matter for a single job).
 pub fn isolated_latency(job: &SimJob, workers: usize, quantum: f64) -> f64 {
+    isolated_on(job, &SimConfig::new(Policy::Fifo, workers, quantum))
+}
+
+/// Latency of `job` alone on `cfg`'s workers, quantum and machine.
+fn isolated_on(job: &SimJob, cfg: &SimConfig) -> f64 {
     let alone = SimJob {
         arrival: 0.0,
         ..job.clone()
     };
-    let cfg = SimConfig::new(Policy::Fifo, workers, quantum);
+    let cfg = SimConfig {
+        machine: cfg.machine.clone(),
+        ..SimConfig::new(Policy::Fifo, cfg.workers, cfg.quantum)
+    };
     let mut engine = Engine::new(std::slice::from_ref(&alone), &cfg);
     let run = engine.run();
     run[0].completion.unwrap_or(0.0)
 }
 
 /// Simulates `workload` under `cfg.policy`; isolated latencies are computed
-/// by simulating every job alone.
+/// by simulating every job alone (on the machine, if any).
 pub fn simulate(workload: &[SimJob], cfg: &SimConfig) -> SimResult {
-    let isolated: Vec<f64> = workload
-        .iter()
-        .map(|j| isolated_latency(j, cfg.workers, cfg.quantum))
-        .collect();
+    let isolated: Vec<f64> = workload.iter().map(|j| isolated_on(j, cfg)).collect();
     simulate_with_isolated(workload, cfg, &isolated)
 }
 
@@ -329,6 +371,7 @@ pub fn simulate_with_isolated(workload: &[SimJob], cfg: &SimConfig, isolated: &[
         jobs,
         end: secs(engine.now),
         tasks: std::mem::take(&mut engine.tasks),
+        numa: engine.numa.take(),
     }
 }
 
@@ -362,6 +405,8 @@ struct SimSlot {
     /// Workers that found the task set at its parallelism; told (a mask bit
     /// of their own) when a place frees.
     capped: Vec<usize>,
+    /// With a machine: the work left per node, fluid (`unassigned` unused).
+    parts: Option<Parts>,
 }
 
 /// A task in flight on a simulated worker.
@@ -378,6 +423,23 @@ struct Task {
     morsel: u64,
     /// Its record in `Engine::tasks`, when recording.
     record: Option<usize>,
+    /// With a machine: what the task reads and how fast it goes.
+    fluid: Option<FluidTask>,
+}
+
+/// A task on the machine model ([`numa`]).
+#[derive(Debug, Clone, Copy)]
+struct FluidTask {
+    /// Its worker's node.
+    node: usize,
+    /// The part it reads.
+    from: usize,
+    /// Chosen from the worker's steal tier.
+    stealing: bool,
+    /// When its quantum is spent, ns.
+    budget: u64,
+    /// CPU-ns of work per ns, since the last event.
+    rate: f64,
 }
 
 struct SimWorker {
@@ -412,6 +474,11 @@ struct Engine<'a> {
     next_arrival: usize,
     now: u64,
     tasks: Vec<SimTaskRecord>,
+    /// With a machine: per node, whether any worker runs there.
+    staffed: Vec<bool>,
+    /// With a machine: when running tasks last drew from their parts.
+    drawn: u64,
+    numa: Option<NumaStats>,
 }
 
 impl<'a> Engine<'a> {
@@ -454,7 +521,19 @@ impl<'a> Engine<'a> {
             next_arrival: 0,
             now: 0,
             tasks: Vec::new(),
+            staffed: cfg
+                .machine
+                .as_ref()
+                .map_or_else(Vec::new, |m| (0..m.nodes).map(|n| n < workers).collect()),
+            drawn: 0,
+            numa: cfg.machine.as_ref().map(|m| NumaStats::new(m.nodes)),
         }
+    }
+
+    /// The parts of a fresh entry of `set`, with a machine.
+    fn parts(cfg: &SimConfig, set: &SimTaskSet) -> Option<Parts> {
+        let m = cfg.machine.as_ref()?;
+        Some(Parts::new(set.work, set.placement.as_ref(), m.nodes))
     }
 
     fn run(&mut self) -> Vec<JobOutcome> {
@@ -477,6 +556,7 @@ impl<'a> Engine<'a> {
             if horizon.is_some_and(|h| t > h) {
                 break;
             }
+            self.draw(t);
             self.now = self.now.max(t);
             self.admit_arrivals();
             self.return_tasks();
@@ -486,8 +566,94 @@ impl<'a> Engine<'a> {
                 }
             }
             self.preempt();
+            self.reflow();
         }
         std::mem::take(&mut self.out)
+    }
+
+    /// With a machine: running tasks draw from their parts at their rates
+    /// until `t`.
+    fn draw(&mut self, t: u64) {
+        let Some(stats) = self.numa.as_mut() else {
+            return;
+        };
+        let ns = t.saturating_sub(self.drawn);
+        self.drawn = self.drawn.max(t);
+        if ns == 0 {
+            return;
+        }
+        for w in &self.workers {
+            let Some(Task {
+                slot,
+                fluid: Some(f),
+                ..
+            }) = w.task
+            else {
+                continue;
+            };
+            let parts = self.slots[slot]
+                .as_mut()
+                .and_then(|s| s.parts.as_mut())
+                .expect("a fluid task's parts");
+            let work = f.rate * ns as f64;
+            stats.add(parts, f.node, f.from, f.stealing, ns, work);
+            parts.draw(f.from, work);
+        }
+    }
+
+    /// With a machine: the running tasks' rates from the machine model, and
+    /// their ends — the quantum spent or the part they read dry, whichever
+    /// comes first at the current rates.
+    fn reflow(&mut self) {
+        let Some(machine) = self.cfg.machine.as_ref() else {
+            return;
+        };
+        let running: Vec<usize> = (0..self.workers.len())
+            .filter(|&w| self.workers[w].task.is_some_and(|t| t.fluid.is_some()))
+            .collect();
+        let readers: Vec<Reader> = running
+            .iter()
+            .map(|&w| {
+                let t = self.workers[w].task.expect("running");
+                let f = t.fluid.expect("fluid");
+                let parts = self.slots[t.slot].as_ref().and_then(|s| s.parts.as_ref());
+                Reader {
+                    node: f.node,
+                    from: f.from,
+                    demand: parts.map_or(0.0, Parts::demand),
+                }
+            })
+            .collect();
+        let rates = numa::rates(machine, &readers);
+        // Per (slot, part): what all its readers draw per ns.
+        let mut drain: Vec<((usize, usize), f64)> = Vec::new();
+        for (&w, &r) in running.iter().zip(&rates) {
+            let t = self.workers[w].task.expect("running");
+            let key = (t.slot, t.fluid.expect("fluid").from);
+            match drain.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, d)) => *d += r,
+                None => drain.push((key, r)),
+            }
+        }
+        for (&w, &r) in running.iter().zip(&rates) {
+            let task = self.workers[w].task.as_mut().expect("running");
+            let f = task.fluid.as_mut().expect("fluid");
+            f.rate = r;
+            let left = self.slots[task.slot]
+                .as_ref()
+                .and_then(|s| s.parts.as_ref())
+                .map_or(0.0, |p| p.left(f.from));
+            let d = drain
+                .iter()
+                .find(|(k, _)| *k == (task.slot, f.from))
+                .map_or(0.0, |(_, d)| *d);
+            let dry = if d > 0.0 {
+                self.now + (left / d).ceil().max(1.0) as u64
+            } else {
+                u64::MAX
+            };
+            task.end = f.budget.min(dry);
+        }
     }
 
     /// Handles every task that ends now: charges it to its worker's core,
@@ -501,19 +667,55 @@ impl<'a> Engine<'a> {
             if task.end > self.now {
                 continue;
             }
+            // With a machine: a task whose part ran dry before its quantum
+            // was spent reads on, returns `NodeDry`, or is exhausted.
+            let mut node_dry = None;
+            let mut exhausted = false;
+            if let Some(f) = task.fluid {
+                let parts = self.slots[task.slot]
+                    .as_ref()
+                    .and_then(|s| s.parts.as_ref())
+                    .expect("a fluid task's parts");
+                if self.now < f.budget {
+                    match parts.take(f.node, f.stealing, &self.staffed) {
+                        Take::From(d) => {
+                            let t = self.workers[w].task.as_mut().expect("running");
+                            t.fluid = Some(FluidTask { from: d, ..f });
+                            continue;
+                        }
+                        Take::NodeDry(a) => node_dry = Some(a),
+                        Take::Dry => exhausted = true,
+                    }
+                } else {
+                    exhausted = parts.dry();
+                }
+            }
             self.workers[w].task = None;
             let ran = task.end - task.start;
+            if let Some(i) = task.record.filter(|_| task.fluid.is_some()) {
+                self.tasks[i].ran = secs(ran);
+            }
             self.workers[w]
                 .core
                 .charge(task.slot, Duration::from_nanos(ran), self.t_max);
+            if let Some(a) = node_dry {
+                self.workers[w].core.node_dry(task.slot, a);
+                if let Some(stats) = self.numa.as_mut() {
+                    stats.node_dry += 1;
+                }
+            }
             self.out[task.job].cpu += secs(ran);
             let slot = self.slots[task.slot]
                 .as_mut()
                 .expect("a running task's slot");
             slot.running -= 1;
-            slot.unassigned += task.taken - ran;
-            if slot.unassigned == 0 {
-                slot.tagged = true;
+            if task.fluid.is_some() {
+                slot.tagged |= exhausted;
+            } else {
+                slot.unassigned += task.taken - ran;
+                if slot.unassigned == 0 {
+                    slot.tagged = true;
+                }
             }
             if !slot.tagged {
                 for c in slot.capped.drain(..) {
@@ -530,14 +732,16 @@ impl<'a> Engine<'a> {
     /// next task set (telling every worker), or completes the job and hands
     /// the slot to the oldest waiting job.
     fn finalize(&mut self, k: usize) {
+        let (workload, cfg) = (self.workload, self.cfg);
         let slot = self.slots[k].as_mut().expect("finalizing a live slot");
         let job = slot.job;
         let next = slot.set + 1;
-        if let Some(set) = self.workload[job].task_sets.get(next) {
+        if let Some(set) = workload[job].task_sets.get(next) {
             slot.set = next;
             slot.seq = self.installed[job];
             self.installed[job] += 1;
             slot.unassigned = nanos(set.work);
+            slot.parts = Engine::parts(cfg, set);
             slot.tagged = false;
             slot.capped.clear();
             self.masks.push(MaskKind::Return, k);
@@ -562,6 +766,7 @@ impl<'a> Engine<'a> {
             running: 0,
             tagged: false,
             capped: Vec::new(),
+            parts: Engine::parts(self.cfg, first),
         });
         self.installed[job] += 1;
         self.masks.push(MaskKind::Change, k);
@@ -627,14 +832,15 @@ impl<'a> Engine<'a> {
             let slot = self.slots[k].as_mut().expect("a confirmed slot is live");
             let (job, set) = (slot.job, slot.set);
             let parallelism = self.workload[job].task_sets[set].parallelism.max(1);
-            if slot.unassigned > 0 && slot.running >= parallelism {
+            let dry = slot.parts.as_ref().map_or(slot.unassigned == 0, Parts::dry);
+            if !dry && slot.running >= parallelism {
                 // Every place of the task set is taken: for this worker it
                 // is exhausted until a place frees.
                 slot.capped.push(w);
                 self.workers[w].core.visit(k, SlotState::Exhausted);
                 continue;
             }
-            if slot.unassigned == 0 {
+            if dry {
                 // The task finds its task set dry: it returns at once and
                 // tags the entry; the last one back finalizes it.
                 slot.tagged = true;
@@ -645,6 +851,29 @@ impl<'a> Engine<'a> {
                     self.finalize(k);
                 }
                 continue;
+            }
+            if let Some(parts) = &slot.parts {
+                let node = self.cfg.machine.as_ref().map_or(0, |m| m.worker_node(w));
+                let stealing = self.workers[w].core.stealing(k);
+                match parts.take(node, stealing, &self.staffed) {
+                    Take::From(from) => {
+                        self.start_fluid(w, k, node, from, stealing);
+                        return;
+                    }
+                    Take::NodeDry(affinity) => {
+                        // Its node is dry, others are not: the task returns
+                        // at once and the worker steps back, as the worker
+                        // loop does on `TaskOutcome::NodeDry`.
+                        self.workers[w].core.charge(k, Duration::ZERO, self.t_max);
+                        self.workers[w].core.node_dry(k, affinity);
+                        self.record(w, job, set, 0);
+                        if let Some(stats) = self.numa.as_mut() {
+                            stats.node_dry += 1;
+                        }
+                        continue;
+                    }
+                    Take::Dry => unreachable!("a dry entry was handled above"),
+                }
             }
             let taken = if slot.unassigned <= self.quantum {
                 slot.unassigned
@@ -678,9 +907,44 @@ impl<'a> Engine<'a> {
                 end: self.now + end,
                 morsel,
                 record,
+                fluid: None,
             });
             return;
         }
+    }
+
+    /// Worker `w` of `node` starts a task of slot `k` reading part `from`
+    /// (with a machine); its rate and end come from the next reflow.
+    fn start_fluid(&mut self, w: usize, k: usize, node: usize, from: usize, stealing: bool) {
+        let slot = self.slots[k].as_mut().expect("a confirmed slot is live");
+        slot.running += 1;
+        let (job, set) = (slot.job, slot.set);
+        let out = &mut self.out[job];
+        out.decisions += 1;
+        out.first_run.get_or_insert(secs(self.now));
+        if stealing {
+            if let Some(stats) = self.numa.as_mut() {
+                stats.steal_tasks += 1;
+            }
+        }
+        let record = self.record(w, job, set, 0);
+        let budget = self.now + self.quantum;
+        self.workers[w].task = Some(Task {
+            slot: k,
+            job,
+            start: self.now,
+            taken: 0,
+            end: budget,
+            morsel: 0,
+            record,
+            fluid: Some(FluidTask {
+                node,
+                from,
+                stealing,
+                budget,
+                rate: 0.0,
+            }),
+        });
     }
 
     /// Records a task starting now (its index in `tasks`, if recording).
@@ -701,7 +965,7 @@ impl<'a> Engine<'a> {
     /// has not pulled ends at its first morsel boundary from now on (at
     /// least one morsel into the task; fluid work ends now).
     fn preempt(&mut self) {
-        if !self.cfg.preemption {
+        if !self.cfg.preemption || self.cfg.machine.is_some() {
             return;
         }
         for w in 0..self.workers.len() {
@@ -830,6 +1094,7 @@ pub fn simulate_ps(workload: &[SimJob], workers: usize, horizon: Option<f64>) ->
         jobs: out,
         end: now,
         tasks: Vec::new(),
+        numa: None,
     }
 }
 
