@@ -55,16 +55,47 @@ const MPOL_MF_MOVE: libc::c_int = 1 << 1;
 /// Pages per `move_pages` call, so that the argument arrays stay small.
 const MOVE_PAGES_BATCH: usize = 16 * 1024;
 
+/// `get_mempolicy` flag: return the nodes this process may allocate on.
+const MPOL_F_MEMS_ALLOWED: libc::c_ulong = 1 << 2;
+
 /// The Linux kernel's view: `move_pages(2)` and `mbind(2)`.
+///
+/// Requests naming a node outside the nodes this process may allocate on
+/// fail with [`PlacementError::NodesUnavailable`] before any call: the
+/// kernel itself would refuse a single such node but silently drop it from
+/// a set (interleaving over {0, 1} on a one-node machine is interleaving
+/// over {0}), and a placement must not change meaning unnoticed.
 #[derive(Debug, Clone)]
 pub struct KernelBackend {
     page_size: u64,
+    /// `None` when the kernel does not say (then it alone decides).
+    allowed: Option<NodeSet>,
 }
 
 impl KernelBackend {
     pub fn new() -> Self {
         KernelBackend {
             page_size: system_page_size(),
+            allowed: allowed_nodes(),
+        }
+    }
+
+    /// The nodes this process may allocate on, as far as the kernel says.
+    pub fn allowed_nodes(&self) -> Option<NodeSet> {
+        self.allowed
+    }
+
+    /// Fails when `requested` names a node outside the allowed ones.
+    fn check_available(&self, call: &'static str, requested: NodeSet) -> Result<()> {
+        match self.allowed {
+            Some(available) if !requested.is_subset(&available) => {
+                Err(PlacementError::NodesUnavailable {
+                    call,
+                    requested,
+                    available,
+                })
+            }
+            _ => Ok(()),
         }
     }
 
@@ -109,6 +140,33 @@ impl KernelBackend {
     }
 }
 
+/// `get_mempolicy(MPOL_F_MEMS_ALLOWED)`: the nodes of this process's
+/// cpuset that have memory, the first [`MAX_NODES`] of them.
+fn allowed_nodes() -> Option<NodeSet> {
+    // Room for 1024 nodes, the largest node count Linux is configured for
+    // (a smaller mask than the kernel's node count gives EINVAL).
+    let mut mask = [0u64; 16];
+    // SAFETY: with MPOL_F_MEMS_ALLOWED the kernel writes only the node
+    // mask, at most `maxnode - 1` = 1024 bits, which `mask` holds; the mode
+    // pointer is null (not wanted) and the address is ignored.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            std::ptr::null_mut::<libc::c_int>(),
+            mask.as_mut_ptr(),
+            (mask.len() * 64 + 1) as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            MPOL_F_MEMS_ALLOWED,
+        )
+    };
+    (rc == 0).then(|| {
+        (0..MAX_NODES)
+            .filter(|&n| mask[n / 64] & (1 << (n % 64)) != 0)
+            .map(|n| n as NodeId)
+            .collect()
+    })
+}
+
 impl Default for KernelBackend {
     fn default() -> Self {
         KernelBackend::new()
@@ -147,6 +205,7 @@ impl NodeBackend for KernelBackend {
     }
 
     fn move_to(&self, pages: &[u64], targets: &[NodeId]) -> Result<()> {
+        self.check_available("move_pages", targets.iter().copied().collect())?;
         for (chunk, chunk_targets) in pages
             .chunks(MOVE_PAGES_BATCH)
             .zip(targets.chunks(MOVE_PAGES_BATCH))
@@ -165,6 +224,9 @@ impl NodeBackend for KernelBackend {
             Placement::Preferred(n) => (MPOL_PREFERRED, Some(NodeSet::of([*n]))),
             Placement::Interleave(set) => (MPOL_INTERLEAVE, Some(*set)),
         };
+        if let Some(requested) = mask {
+            self.check_available("mbind", requested)?;
+        }
         let words = mask.map(|m| *m.words());
         let (mask_ptr, maxnode) = match &words {
             // The kernel reads `maxnode - 1` bits of the mask.
@@ -312,17 +374,13 @@ pub struct PlacedMemoryConfig {
 pub struct Fallback {
     /// The system call refused (`mbind`, `move_pages`).
     pub call: &'static str,
-    pub errno: i32,
+    /// Why, as the error said it.
+    pub reason: String,
 }
 
 impl std::fmt::Display for Fallback {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} refused ({}); placement recorded logically",
-            self.call,
-            std::io::Error::from_raw_os_error(self.errno)
-        )
+        write!(f, "{}; placement recorded logically", self.reason)
     }
 }
 
@@ -414,9 +472,10 @@ impl PlacedMemory {
             Ok(v) => on_success(&self.fake, v),
             Err(e) if e.is_refusal() => {
                 self.fallback_count.fetch_add(1, Ordering::Relaxed);
-                if let PlacementError::Kernel { call, errno } = e {
-                    let _ = self.first_fallback.set(Fallback { call, errno });
-                }
+                let _ = self.first_fallback.set(Fallback {
+                    call: e.call().unwrap_or("placement"),
+                    reason: e.to_string(),
+                });
                 fallback(&self.fake)
             }
             Err(e) => Err(e),
@@ -496,6 +555,41 @@ mod tests {
             // A sandbox may forbid move_pages; that is a refusal.
             Err(e) => assert!(e.is_refusal(), "{e}"),
         }
+    }
+
+    #[test]
+    fn the_kernel_refuses_a_node_the_machine_lacks() {
+        let kernel = KernelBackend::new();
+        // A sandbox may hide the policy calls; then there is nothing to see.
+        let Some(allowed) = kernel.allowed_nodes() else {
+            return;
+        };
+        let present = allowed.nth(0).expect("some node has memory");
+        let missing = (0..=255).find(|&n| !allowed.contains(n)).unwrap();
+        let placer = std::sync::Arc::new(PlacedMemory::new(PlacedMemoryConfig {
+            backing: Backing::Fake,
+        }));
+        let mapping = placer.map(4 * 4096, &Placement::FirstTouch).unwrap();
+        let (addr, len) = (mapping.addr(), mapping.len() as u64);
+        // Checked before the call: a set with a missing node is refused.
+        let both = Placement::Interleave(NodeSet::of([present, missing]));
+        let err = kernel.bind(addr, len, &both).unwrap_err();
+        assert!(matches!(err, PlacementError::NodesUnavailable { .. }));
+        assert!(err.is_refusal());
+        // Asked unchecked, the kernel refuses the missing node itself.
+        let unchecked = KernelBackend {
+            allowed: None,
+            ..kernel.clone()
+        };
+        let err = unchecked
+            .bind(addr, len, &Placement::OnNode(missing))
+            .unwrap_err();
+        assert!(
+            matches!(err, PlacementError::Kernel { call: "mbind", errno } if errno == libc::EINVAL),
+            "{err}"
+        );
+        assert!(err.is_refusal());
+        kernel.bind(addr, len, &Placement::OnNode(present)).unwrap();
     }
 
     #[test]

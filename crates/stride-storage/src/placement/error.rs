@@ -2,13 +2,24 @@
 
 use arrow::error::ArrowError;
 
+use super::nodes::NodeSet;
+
 /// What can go wrong placing, querying or moving memory.
 #[derive(Debug, thiserror::Error)]
 pub enum PlacementError {
     /// A system call failed with `errno`.
     #[error("{call} failed: {}", std::io::Error::from_raw_os_error(*errno))]
     Kernel { call: &'static str, errno: i32 },
-    /// A node outside `0..MAX_NODES`, or an interleave over no node.
+    /// A request naming nodes this process cannot allocate on (checked
+    /// before asking the kernel, which would silently drop such nodes from
+    /// an interleave or bind over several).
+    #[error("{call}: nodes {requested:?} are not all available (available: {available:?})")]
+    NodesUnavailable {
+        call: &'static str,
+        requested: NodeSet,
+        available: NodeSet,
+    },
+    /// An interleave over no node, or placements that do not fit the data.
     #[error("invalid placement: {0}")]
     InvalidPlacement(String),
     /// Two page-socket mappings over different page sizes cannot be combined.
@@ -29,16 +40,34 @@ impl PlacementError {
         }
     }
 
-    /// True when the kernel refused the request as such — a node that does
-    /// not exist or is not allowed (`EINVAL`, `ENODEV`), a call the kernel
-    /// or the sandbox does not offer (`ENOSYS`, `EPERM`) — rather than
-    /// failing it: the case in which [`PlacedMemory`](super::PlacedMemory)
-    /// falls back to the logical record.
+    /// True when the request was refused as such — a node that does not
+    /// exist or is not allowed ([`PlacementError::NodesUnavailable`],
+    /// `EINVAL`, `ENODEV`, `EACCES`), a call the kernel or the sandbox does
+    /// not offer (`ENOSYS`, `EPERM`) — rather than failed: the case in which
+    /// [`PlacedMemory`](super::PlacedMemory) falls back to the logical
+    /// record.
     pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            PlacementError::Kernel { errno, .. }
-                if [libc::EINVAL, libc::ENODEV, libc::ENOSYS, libc::EPERM].contains(errno)
-        )
+        const REFUSALS: [i32; 5] = [
+            libc::EINVAL,
+            libc::ENODEV,
+            libc::EACCES,
+            libc::ENOSYS,
+            libc::EPERM,
+        ];
+        match self {
+            PlacementError::Kernel { errno, .. } => REFUSALS.contains(errno),
+            PlacementError::NodesUnavailable { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The system call the error is about, if any.
+    pub fn call(&self) -> Option<&'static str> {
+        match self {
+            PlacementError::Kernel { call, .. } | PlacementError::NodesUnavailable { call, .. } => {
+                Some(call)
+            }
+            _ => None,
+        }
     }
 }

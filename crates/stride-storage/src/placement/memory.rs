@@ -6,7 +6,8 @@
 //! backed where the policy says.
 //!
 //! [`PlacedMemory::place_batch`] copies a record batch's buffers once into
-//! one mapping per column and rebuilds the arrays over it with
+//! one mapping per column (so a column takes at least a page: meant for
+//! blocks of thousands of rows) and rebuilds the arrays over it with
 //! [`Buffer::from_custom_allocation`]: queries then read placed memory
 //! directly, with no copy per query. The arrays share the mapping through
 //! an `Arc`; the last buffer dropped unmaps it.
@@ -423,8 +424,7 @@ mod tests {
     #[test]
     fn on_node_one_falls_back_to_a_logical_node_on_a_one_node_machine() {
         let (placer, placed) = place_sample(Placement::OnNode(1));
-        let machine_has_node_1 = std::path::Path::new("/sys/devices/system/node/node1").exists();
-        if !machine_has_node_1 {
+        if !machine_has_node_1() {
             let report = placer.fallbacks();
             assert_eq!(report.count, placed.batch.num_columns() as u64);
             assert_eq!(report.first.unwrap().call, "mbind");
@@ -435,6 +435,53 @@ mod tests {
         assert_eq!(placed.psm.lookup(first), Some(1));
         drop(placed);
         assert_eq!(placer.usage(), Default::default());
+    }
+
+    fn machine_has_node_1() -> bool {
+        std::path::Path::new("/sys/devices/system/node/node1").exists()
+    }
+
+    #[test]
+    fn interleaving_over_a_missing_node_is_recorded_as_a_pattern() {
+        let placer = placer(Backing::KernelThenFake);
+        let page = placer.page_size();
+        let nodes = NodeSet::of([0, 1]);
+        let mapping = placer
+            .map(64 * page as usize, &Placement::Interleave(nodes))
+            .unwrap();
+        let mut psm = PageSocketMapping::new(page);
+        psm.add(mapping.addr(), mapping.len() as u64, placer.as_ref())
+            .unwrap();
+        if !machine_has_node_1() {
+            assert_eq!(placer.fallbacks().count, 1);
+        }
+        assert_eq!(psm.ranges().len(), 1);
+        assert_eq!(psm.ranges()[0].interleave, Some(nodes));
+        assert_eq!((psm.pages_on(0), psm.pages_on(1)), (32, 32));
+    }
+
+    #[test]
+    fn moving_pages_to_a_missing_node_and_back() {
+        let placer = placer(Backing::KernelThenFake);
+        let page = placer.page_size();
+        let mapping = placer
+            .map(8 * page as usize, &Placement::FirstTouch)
+            .unwrap();
+        let (addr, len) = (mapping.addr(), mapping.len() as u64);
+        let mut psm = PageSocketMapping::new(page);
+        psm.add(addr, len, placer.as_ref()).unwrap();
+        // Where this thread touched them (node 0 where a sandbox hides it).
+        let home = psm.lookup(addr).unwrap_or(0);
+        // No machine Stride runs on has node 255: recorded logically.
+        psm.move_range(addr, 4 * page, 255, placer.as_ref())
+            .unwrap();
+        assert_eq!(psm.lookup(addr + 3 * page), Some(255));
+        assert_eq!(psm.pages_on(255), 4);
+        assert_eq!(placer.fallbacks().first.unwrap().call, "move_pages");
+        // Back home for real: the logical record is dropped.
+        psm.move_range(addr, len, home, placer.as_ref()).unwrap();
+        assert_eq!(psm.pages_on(home), 8);
+        assert_eq!(psm.ranges().len(), 1);
     }
 
     #[test]

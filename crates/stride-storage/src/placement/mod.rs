@@ -24,11 +24,15 @@
 //!
 //! On a machine with one node (the development machine), a placement on
 //! node 0 — first touch, node 0, interleave over `{0}` — is still real.
-//! A placement naming a node the machine lacks is refused by the kernel
-//! (`mbind` gives `EINVAL`, `move_pages` `ENODEV`); [`PlacedMemory`] then
-//! records it logically: the memory is mapped and touched on the real node,
-//! and queries report the logical node. The same happens where a sandbox
-//! forbids the calls (`EPERM`, `ENOSYS`). Every fallback is counted and the
+//! A placement naming a node the process cannot allocate on is refused:
+//! [`KernelBackend`] checks the nodes against `get_mempolicy`'s allowed
+//! nodes first (the kernel refuses a lone missing node — `mbind` gives
+//! `EINVAL`, `move_pages` `ENODEV` — but silently drops a missing node from
+//! a set, so that interleaving over {0, 1} would quietly become node 0).
+//! [`PlacedMemory`] then records the placement logically: the memory is
+//! mapped and touched on a real node, and queries report the logical
+//! node. The same happens where a sandbox forbids the calls (`EPERM`,
+//! `ENOSYS`). Every fallback is counted and the
 //! first is kept with its reason ([`PlacedMemory::fallbacks`]), so reports
 //! can say which placements were logical. [`Backing::Fake`] makes every
 //! placement logical: fake topologies with more nodes than the machine.

@@ -56,6 +56,11 @@ impl NodeSet {
         self.0.iter().all(|&w| w == 0)
     }
 
+    /// Whether every member of `self` is in `other`.
+    pub fn is_subset(&self, other: &NodeSet) -> bool {
+        self.0.iter().zip(&other.0).all(|(a, b)| a & !b == 0)
+    }
+
     /// The nodes in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
         (0..MAX_NODES)
@@ -135,5 +140,7 @@ mod tests {
         assert_eq!(set.step(200, 2), 3);
         assert_eq!(set.step(3, 11), 64);
         assert_eq!(format!("{set:?}"), "{3, 64, 65, 200, 255}");
+        assert!(NodeSet::of([64, 255]).is_subset(&set));
+        assert!(!NodeSet::of([3, 4]).is_subset(&set));
     }
 }

@@ -4,8 +4,9 @@
 //! A [`PageSocketMapping`] keeps a vector of [`PageRange`]s sorted by their
 //! first page, plus a summary of pages per node. It is built for reading:
 //! [`lookup`](PageSocketMapping::lookup) is a binary search on the first
-//! pages, then, for an interleaved range, a step along its pattern;
-//! changes rebuild the affected part of the vector.
+//! pages, then, for an interleaved range, a step along its pattern.
+//! Changes split ranges at their boundaries, or append new ranges, sort
+//! and merge neighbours that continue each other (`O(r log r)`).
 //!
 //! Ranges are found, not declared: [`add`](PageSocketMapping::add) asks a
 //! [`NodeBackend`] where each untracked page lives (on Linux `move_pages`
