@@ -20,6 +20,7 @@ use std::sync::Arc;
 use arrow::array::{make_array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::array::{ArrayData, ArrayDataBuilder};
 use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow::datatypes::DataType;
 
 use super::backend::{NodeBackend, PlacedMemory};
 use super::error::PlacementError;
@@ -31,7 +32,9 @@ type Result<T, E = PlacementError> = std::result::Result<T, E>;
 /// Where the pages of a mapping go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Placement {
-    /// Wherever the thread that first touches a page runs (the OS default).
+    /// Wherever the thread that first touches a page runs (the OS default;
+    /// [`PlacedMemory::map`] touches every page, so: the mapping thread's
+    /// node).
     #[default]
     FirstTouch,
     /// Round-robin over the nodes, page by page (`MPOL_INTERLEAVE`).
@@ -117,9 +120,20 @@ pub struct PlacedBatch {
     pub batch: RecordBatch,
     /// Where the pages of all its columns are.
     pub psm: PageSocketMapping,
-    /// Per column, the address range of its mapping (for
-    /// [`PageSocketMapping::subset`]).
-    pub columns: Vec<Range<u64>>,
+    /// Where each column is.
+    pub columns: Vec<PlacedColumn>,
+}
+
+/// The address ranges of one placed column, for
+/// [`PageSocketMapping::subset`] and for moving its components.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacedColumn {
+    /// The column's mapping.
+    pub range: Range<u64>,
+    /// For a dictionary-encoded column, its dictionary (the values), which
+    /// starts on a page of its own so that it can be placed apart from the
+    /// keys (the index vector, `range.start..dictionary.start`).
+    pub dictionary: Option<Range<u64>>,
 }
 
 impl PlacedMemory {
@@ -129,7 +143,11 @@ impl PlacedMemory {
     pub fn map(self: &Arc<Self>, len: usize, placement: &Placement) -> Result<Mapping> {
         placement.validate()?;
         let page = self.page_size() as usize;
-        let len = len.max(1).div_ceil(page) * page;
+        let Some(len) = len.max(1).checked_next_multiple_of(page) else {
+            return Err(PlacementError::InvalidPlacement(format!(
+                "cannot map {len} bytes"
+            )));
+        };
         // SAFETY: a fresh private anonymous mapping aliases nothing; the
         // arguments are a valid length and protection flags.
         let addr = unsafe {
@@ -195,11 +213,11 @@ impl PlacedMemory {
         let mut columns = Vec::with_capacity(batch.num_columns());
         for (column, placement) in batch.columns().iter().zip(placements) {
             let data = column.to_data();
-            let mut mapping = self.map(placed_len(&data), placement)?;
-            let layout = copy_buffers(&data, mapping.as_mut_slice());
+            let layout = Layout::of(&data, self.page_size() as usize);
+            let mut mapping = self.map(layout.len, placement)?;
+            layout.copy(&data, mapping.as_mut_slice());
             let mapping = Arc::new(mapping);
-            let mut cursor = layout.into_iter();
-            let placed = rebuild(&data, &mapping, &mut cursor);
+            let placed = rebuild(&data, &mapping, &mut layout.buffers.into_iter());
             // SAFETY: `placed` has the data type, lengths, offsets and
             // null counts of `data`, and buffers holding byte-identical
             // copies of `data`'s, aligned to 64 bytes; `data` is valid, so
@@ -207,7 +225,12 @@ impl PlacedMemory {
             let placed = unsafe { placed.build_unchecked() };
             let range = mapping.addr()..mapping.addr() + mapping.len() as u64;
             psm.add(range.start, mapping.len() as u64, self.as_ref())?;
-            columns.push(range);
+            columns.push(PlacedColumn {
+                dictionary: layout
+                    .dictionary
+                    .map(|start| range.start + start as u64..range.end),
+                range,
+            });
             arrays.push(make_array(placed));
         }
         let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
@@ -220,45 +243,81 @@ impl PlacedMemory {
     }
 }
 
-/// The buffers of an array in the order [`copy_buffers`] and [`rebuild`]
-/// walk them: data buffers, the null bitmap, then each child likewise.
-fn visit_buffers(data: &ArrayData, f: &mut impl FnMut(&[u8])) {
+/// What [`visit_buffers`] shows of an array.
+enum Piece<'a> {
+    /// A buffer's bytes.
+    Bytes(&'a [u8]),
+    /// The dictionary of a dictionary-encoded column follows: it starts on
+    /// a fresh page.
+    Dictionary,
+}
+
+/// The buffers of an array in the order [`Layout`] and [`rebuild`] walk
+/// them: data buffers, the null bitmap, then each child likewise; for a
+/// dictionary-encoded column (`top`), a [`Piece::Dictionary`] mark before
+/// its values.
+fn visit_buffers<'a>(data: &'a ArrayData, top: bool, f: &mut impl FnMut(Piece<'a>)) {
     for buffer in data.buffers() {
-        f(buffer.as_slice());
+        f(Piece::Bytes(buffer.as_slice()));
     }
     if let Some(nulls) = data.nulls() {
-        f(nulls.buffer().as_slice());
+        f(Piece::Bytes(nulls.buffer().as_slice()));
+    }
+    if top && matches!(data.data_type(), DataType::Dictionary(..)) {
+        f(Piece::Dictionary);
     }
     for child in data.child_data() {
-        visit_buffers(child, f);
+        visit_buffers(child, false, f);
     }
 }
 
-/// Bytes needed to place `data`, every buffer aligned to [`BUFFER_ALIGN`].
-fn placed_len(data: &ArrayData) -> usize {
-    let mut len: usize = 0;
-    visit_buffers(data, &mut |bytes| {
-        len = len.next_multiple_of(BUFFER_ALIGN) + bytes.len();
-    });
-    len
+/// Where a column's buffers go in its mapping: each aligned to
+/// [`BUFFER_ALIGN`], a dictionary on a page boundary.
+struct Layout {
+    /// Per buffer, in [`visit_buffers`] order.
+    buffers: Vec<Range<usize>>,
+    /// Where the dictionary starts, for a dictionary-encoded column.
+    dictionary: Option<usize>,
+    /// Bytes in all.
+    len: usize,
 }
 
-/// Copies `data`'s buffers into `dest` (at least [`placed_len`] bytes);
-/// returns where each went, in [`visit_buffers`] order.
-fn copy_buffers(data: &ArrayData, dest: &mut [u8]) -> Vec<Range<usize>> {
-    let mut layout = Vec::new();
-    let mut end: usize = 0;
-    visit_buffers(data, &mut |bytes| {
-        let start = end.next_multiple_of(BUFFER_ALIGN);
-        end = start + bytes.len();
-        dest[start..end].copy_from_slice(bytes);
-        layout.push(start..end);
-    });
-    layout
+impl Layout {
+    fn of(data: &ArrayData, page_size: usize) -> Layout {
+        let mut layout = Layout {
+            buffers: Vec::new(),
+            dictionary: None,
+            len: 0,
+        };
+        visit_buffers(data, true, &mut |piece| match piece {
+            Piece::Bytes(bytes) => {
+                let start = layout.len.next_multiple_of(BUFFER_ALIGN);
+                layout.len = start + bytes.len();
+                layout.buffers.push(start..layout.len);
+            }
+            Piece::Dictionary => {
+                layout.len = layout.len.next_multiple_of(page_size);
+                layout.dictionary = Some(layout.len);
+            }
+        });
+        layout
+    }
+
+    /// Copies `data`'s buffers to their places in `dest` (at least
+    /// `self.len` bytes).
+    fn copy(&self, data: &ArrayData, dest: &mut [u8]) {
+        let mut places = self.buffers.iter();
+        visit_buffers(data, true, &mut |piece| {
+            if let Piece::Bytes(bytes) = piece {
+                let place = places.next().expect("a place per buffer");
+                dest[place.clone()].copy_from_slice(bytes);
+            }
+        });
+    }
 }
 
-/// `data`'s builder over the copies in `mapping` (`layout` from
-/// [`copy_buffers`], consumed in the same order).
+/// `data`'s builder over the copies in `mapping` (`layout`: the places of
+/// its buffers, in [`visit_buffers`] order).
 fn rebuild(
     data: &ArrayData,
     mapping: &Arc<Mapping>,
@@ -267,7 +326,7 @@ fn rebuild(
     let mut next = || {
         let range = layout.next().expect("one placed range per buffer");
         let base = mapping.addr as *mut u8;
-        // SAFETY: `range` lies inside the mapping (copy_buffers wrote it),
+        // SAFETY: `range` lies inside the mapping (`Layout::copy` wrote it),
         // so the pointer is non-null and valid for `range.len()` bytes for
         // as long as the owner Arc keeps the mapping alive; nothing writes
         // to it any more.
@@ -308,7 +367,7 @@ mod tests {
         Array, BooleanArray, DictionaryArray, Int32Array, Int64Array, ListArray, StringArray,
         StructArray,
     };
-    use arrow::datatypes::{DataType, Field, Int32Type, Int8Type, Schema};
+    use arrow::datatypes::{Field, Int16Type, Int32Type, Int8Type, Schema};
 
     fn placer(backing: Backing) -> Arc<PlacedMemory> {
         Arc::new(PlacedMemory::new(PlacedMemoryConfig { backing }))
@@ -360,7 +419,9 @@ mod tests {
     #[test]
     fn placed_batch_equals_the_original_and_lives_in_its_mappings() {
         let (placer, placed) = place_sample(Placement::FirstTouch);
-        for (column, range) in placed.batch.columns().iter().zip(&placed.columns) {
+        for (column, PlacedColumn { range, .. }) in
+            placed.batch.columns().iter().zip(&placed.columns)
+        {
             let data = column.to_data();
             data.validate_full().unwrap();
             for buffer in data.buffers() {
@@ -374,7 +435,7 @@ mod tests {
         let pages: u64 = placed
             .columns
             .iter()
-            .map(|r| (r.end - r.start) / placer.page_size())
+            .map(|c| (c.range.end - c.range.start) / placer.page_size())
             .sum();
         assert!(placed.psm.total_pages() == pages || placer.fallbacks().count > 0);
     }
@@ -431,7 +492,7 @@ mod tests {
         }
         assert_eq!(placed.psm.majority_node(), Some(1));
         assert_eq!(placed.psm.pages_on(1), placed.psm.total_pages());
-        let first = placed.columns[0].start;
+        let first = placed.columns[0].range.start;
         assert_eq!(placed.psm.lookup(first), Some(1));
         drop(placed);
         assert_eq!(placer.usage(), Default::default());
@@ -484,6 +545,49 @@ mod tests {
         assert_eq!(psm.ranges().len(), 1);
     }
 
+    /// Seed 002's IVP on one column: the index vector moved, the dictionary
+    /// interleaved, page by page, under the arrays that read them.
+    #[test]
+    fn a_dictionary_sits_on_its_own_pages_and_moves_apart_from_its_keys() {
+        let placer = placer(Backing::Fake);
+        let page = placer.page_size();
+        let values: Vec<String> = (0..4000).map(|i| format!("value {i:05}")).collect();
+        let dict: DictionaryArray<Int16Type> = (0..30_000)
+            .map(|i| values[(i * 7919) % values.len()].as_str())
+            .collect();
+        let batch = RecordBatch::try_from_iter([("d", Arc::new(dict) as ArrayRef)]).unwrap();
+        let mut placed = placer.place_batch(&batch, &Placement::OnNode(0)).unwrap();
+        let column = placed.columns[0].clone();
+        let dictionary = column.dictionary.clone().unwrap();
+        assert_eq!(dictionary.start % page, 0);
+        let keys = column.range.start..dictionary.start;
+        assert!(keys.end - keys.start >= 30_000 * 2);
+        let values_buffer = placed.batch.column(0).to_data().child_data()[0].buffers()[1].as_ptr();
+        assert!(dictionary.contains(&(values_buffer as u64)));
+
+        let psm = &mut placed.psm;
+        psm.move_range(keys.start, keys.end - keys.start, 2, placer.as_ref())
+            .unwrap();
+        let all = NodeSet::first(4);
+        psm.interleave_range(
+            dictionary.start,
+            dictionary.end - dictionary.start,
+            &all,
+            placer.as_ref(),
+        )
+        .unwrap();
+        assert_eq!(
+            psm.subset(keys.start, keys.end - keys.start)
+                .majority_node(),
+            Some(2)
+        );
+        let dict_psm = psm.subset(dictionary.start, dictionary.end - dictionary.start);
+        assert_eq!(dict_psm.ranges().len(), 1);
+        assert_eq!(dict_psm.ranges()[0].interleave, Some(all));
+        // Pages moved, not data: the arrays are the same ones, still equal.
+        assert_eq!(placed.batch, batch);
+    }
+
     #[test]
     fn a_fake_topology_places_columns_per_node() {
         let placer = placer(Backing::Fake);
@@ -492,7 +596,7 @@ mod tests {
             .map(|i| Placement::OnNode(i as NodeId))
             .collect();
         let placed = placer.place_columns(&batch, &placements).unwrap();
-        for (i, range) in placed.columns.iter().enumerate() {
+        for (i, PlacedColumn { range, .. }) in placed.columns.iter().enumerate() {
             let part = placed.psm.subset(range.start, range.end - range.start);
             assert_eq!(part.majority_node(), Some(i as NodeId));
         }

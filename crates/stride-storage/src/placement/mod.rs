@@ -48,6 +48,6 @@ pub use backend::{
     PlacedMemory, PlacedMemoryConfig,
 };
 pub use error::PlacementError;
-pub use memory::{Mapping, PlacedBatch, Placement};
+pub use memory::{Mapping, PlacedBatch, PlacedColumn, Placement};
 pub use nodes::{NodeId, NodeSet, MAX_NODES};
 pub use psm::{AddReport, PageRange, PageSocketMapping};
