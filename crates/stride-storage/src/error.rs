@@ -35,8 +35,6 @@ pub enum StorageError {
     /// Another process holds the data directory's lock.
     #[error("data directory {path} is in use by another process ({holder})")]
     DataDirInUse { path: String, holder: String },
-    #[error("placement error: {0}")]
-    Placement(#[from] crate::placement::PlacementError),
     #[error("internal error: {0}")]
     Internal(String),
 }
