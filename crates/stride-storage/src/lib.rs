@@ -9,11 +9,14 @@
 //! * [`files`] — loading Parquet and CSV files, writing Parquet.
 //! * [`wal`], [`durable`] — the data directory: write-ahead log (group
 //!   commit), checkpoints as Arrow IPC files, crash recovery.
+//! * [`placement`] — memory placed on NUMA nodes (really, or logically where
+//!   the machine lacks the node) and the page-socket mapping that tracks it.
 
 pub mod catalog;
 pub mod durable;
 pub mod error;
 pub mod files;
+pub mod placement;
 pub mod ssb;
 pub mod table;
 pub mod tpcds;
