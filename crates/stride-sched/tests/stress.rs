@@ -833,7 +833,8 @@ fn a_worker_fills_a_better_groups_finalization_with_hand_over_tasks() {
     // hand-over needs the second worker to have seen the short query as its
     // best choice before the query's first task set ran dry; on a loaded
     // machine the OS may not run that worker in time, so one of a few runs
-    // must show it — up to twenty, stopping at the first that does (the deterministic case is in the simulator's tests).
+    // must show it — up to twenty, stopping at the first that does (the
+    // deterministic case is in the simulator's tests).
     let runs: Vec<u64> = (0..20)
         .map(|_| handover_tasks(Some(Duration::from_micros(100))))
         .take_while(|&n| n == 0)

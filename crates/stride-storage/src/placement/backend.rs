@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use super::error::PlacementError;
-use super::memory::Placement;
+use super::memory::MemPolicy;
 use super::nodes::{NodeId, NodeSet, MAX_NODES};
 
 type Result<T, E = PlacementError> = std::result::Result<T, E>;
@@ -41,7 +41,7 @@ pub trait NodeBackend: Send + Sync {
 
     /// Sets the placement of the fresh mapping `[addr, addr + len)` before
     /// its pages are first touched.
-    fn bind(&self, addr: u64, len: u64, placement: &Placement) -> Result<()>;
+    fn bind(&self, addr: u64, len: u64, placement: &MemPolicy) -> Result<()>;
 }
 
 // Linux memory policy modes and flags (<linux/mempolicy.h>); libc does not
@@ -217,12 +217,12 @@ impl NodeBackend for KernelBackend {
         Ok(())
     }
 
-    fn bind(&self, addr: u64, len: u64, placement: &Placement) -> Result<()> {
+    fn bind(&self, addr: u64, len: u64, placement: &MemPolicy) -> Result<()> {
         let (mode, mask) = match placement {
-            Placement::FirstTouch => (MPOL_DEFAULT, None),
-            Placement::OnNode(n) => (MPOL_BIND, Some(NodeSet::of([*n]))),
-            Placement::Preferred(n) => (MPOL_PREFERRED, Some(NodeSet::of([*n]))),
-            Placement::Interleave(set) => (MPOL_INTERLEAVE, Some(*set)),
+            MemPolicy::FirstTouch => (MPOL_DEFAULT, None),
+            MemPolicy::OnNode(n) => (MPOL_BIND, Some(NodeSet::of([*n]))),
+            MemPolicy::Preferred(n) => (MPOL_PREFERRED, Some(NodeSet::of([*n]))),
+            MemPolicy::Interleave(set) => (MPOL_INTERLEAVE, Some(*set)),
         };
         if let Some(requested) = mask {
             self.check_available("mbind", requested)?;
@@ -334,16 +334,16 @@ impl NodeBackend for FakeBackend {
         Ok(())
     }
 
-    fn bind(&self, addr: u64, len: u64, placement: &Placement) -> Result<()> {
+    fn bind(&self, addr: u64, len: u64, placement: &MemPolicy) -> Result<()> {
         placement.validate()?;
         let first = addr & !(self.page_size - 1);
         let count = (addr + len).div_ceil(self.page_size) - first / self.page_size;
         let mut map = self.lock();
         for i in 0..count {
             let node = match placement {
-                Placement::FirstTouch => self.first_touch_node,
-                Placement::OnNode(n) | Placement::Preferred(n) => *n,
-                Placement::Interleave(set) => set.nth((i % set.len() as u64) as usize).unwrap_or(0),
+                MemPolicy::FirstTouch => self.first_touch_node,
+                MemPolicy::OnNode(n) | MemPolicy::Preferred(n) => *n,
+                MemPolicy::Interleave(set) => set.nth((i % set.len() as u64) as usize).unwrap_or(0),
             };
             map.insert(first + i * self.page_size, node);
         }
@@ -522,7 +522,7 @@ impl NodeBackend for PlacedMemory {
         )
     }
 
-    fn bind(&self, addr: u64, len: u64, placement: &Placement) -> Result<()> {
+    fn bind(&self, addr: u64, len: u64, placement: &MemPolicy) -> Result<()> {
         placement.validate()?;
         self.try_kernel(
             |k| k.bind(addr, len, placement),
@@ -569,10 +569,10 @@ mod tests {
         let placer = std::sync::Arc::new(PlacedMemory::new(PlacedMemoryConfig {
             backing: Backing::Fake,
         }));
-        let mapping = placer.map(4 * 4096, &Placement::FirstTouch).unwrap();
+        let mapping = placer.map(4 * 4096, &MemPolicy::FirstTouch).unwrap();
         let (addr, len) = (mapping.addr(), mapping.len() as u64);
         // Checked before the call: a set with a missing node is refused.
-        let both = Placement::Interleave(NodeSet::of([present, missing]));
+        let both = MemPolicy::Interleave(NodeSet::of([present, missing]));
         let err = kernel.bind(addr, len, &both).unwrap_err();
         assert!(matches!(err, PlacementError::NodesUnavailable { .. }));
         assert!(err.is_refusal());
@@ -582,14 +582,14 @@ mod tests {
             ..kernel.clone()
         };
         let err = unchecked
-            .bind(addr, len, &Placement::OnNode(missing))
+            .bind(addr, len, &MemPolicy::OnNode(missing))
             .unwrap_err();
         assert!(
             matches!(err, PlacementError::Kernel { call: "mbind", errno } if errno == libc::EINVAL),
             "{err}"
         );
         assert!(err.is_refusal());
-        kernel.bind(addr, len, &Placement::OnNode(present)).unwrap();
+        kernel.bind(addr, len, &MemPolicy::OnNode(present)).unwrap();
     }
 
     #[test]
@@ -623,14 +623,14 @@ mod tests {
         fake.bind(
             0x1000,
             5 * 4096,
-            &Placement::Interleave(NodeSet::of([5, 2])),
+            &MemPolicy::Interleave(NodeSet::of([5, 2])),
         )
         .unwrap();
         let pages: Vec<u64> = (1..=5).map(|i| i * 0x1000).collect();
         let nodes: Vec<NodeId> = fake.query(&pages).unwrap().into_iter().flatten().collect();
         assert_eq!(nodes, vec![2, 5, 2, 5, 2]);
         assert!(fake
-            .bind(0, 4096, &Placement::Interleave(NodeSet::new()))
+            .bind(0, 4096, &MemPolicy::Interleave(NodeSet::new()))
             .is_err());
         fake.forget(0x2000, 0x2000);
         assert_eq!(fake.recorded_pages(), 3);

@@ -1,7 +1,7 @@
 //! Placed mappings, and Arrow data over them.
 //!
 //! [`PlacedMemory::map`] makes a page-aligned anonymous mapping, sets its
-//! [`Placement`] before any page is touched (`mbind`, or the logical record
+//! [`MemPolicy`] before any page is touched (`mbind`, or the logical record
 //! where the kernel refuses), then touches every page so that each is
 //! backed where the policy says.
 //!
@@ -31,7 +31,7 @@ type Result<T, E = PlacementError> = std::result::Result<T, E>;
 
 /// Where the pages of a mapping go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Placement {
+pub enum MemPolicy {
     /// Wherever the thread that first touches a page runs (the OS default;
     /// [`PlacedMemory::map`] touches every page, so: the mapping thread's
     /// node).
@@ -46,11 +46,11 @@ pub enum Placement {
     Preferred(NodeId),
 }
 
-impl Placement {
+impl MemPolicy {
     /// Interleaving needs at least one node.
     pub fn validate(&self) -> Result<()> {
         match self {
-            Placement::Interleave(set) if set.is_empty() => Err(PlacementError::InvalidPlacement(
+            MemPolicy::Interleave(set) if set.is_empty() => Err(PlacementError::InvalidPlacement(
                 "interleave over no node".into(),
             )),
             _ => Ok(()),
@@ -140,7 +140,7 @@ impl PlacedMemory {
     /// Maps `len` bytes (rounded up to whole pages, at least one) placed per
     /// `placement`, every page touched. A placement the kernel refuses is
     /// recorded logically (see [`PlacedMemory::fallbacks`]).
-    pub fn map(self: &Arc<Self>, len: usize, placement: &Placement) -> Result<Mapping> {
+    pub fn map(self: &Arc<Self>, len: usize, placement: &MemPolicy) -> Result<Mapping> {
         placement.validate()?;
         let page = self.page_size() as usize;
         let Some(len) = len.max(1).checked_next_multiple_of(page) else {
@@ -185,7 +185,7 @@ impl PlacedMemory {
     pub fn place_batch(
         self: &Arc<Self>,
         batch: &RecordBatch,
-        placement: &Placement,
+        placement: &MemPolicy,
     ) -> Result<PlacedBatch> {
         let placements = vec![*placement; batch.num_columns()];
         self.place_columns(batch, &placements)
@@ -199,7 +199,7 @@ impl PlacedMemory {
     pub fn place_columns(
         self: &Arc<Self>,
         batch: &RecordBatch,
-        placements: &[Placement],
+        placements: &[MemPolicy],
     ) -> Result<PlacedBatch> {
         if placements.len() != batch.num_columns() {
             return Err(PlacementError::InvalidPlacement(format!(
@@ -409,7 +409,7 @@ mod tests {
     }
 
     /// Places [`sample_batch`] and checks that the copy equals it.
-    fn place_sample(placement: Placement) -> (Arc<PlacedMemory>, PlacedBatch) {
+    fn place_sample(placement: MemPolicy) -> (Arc<PlacedMemory>, PlacedBatch) {
         let placer = placer(Backing::KernelThenFake);
         let placed = placer.place_batch(&sample_batch(), &placement).unwrap();
         assert_eq!(placed.batch, sample_batch());
@@ -418,7 +418,7 @@ mod tests {
 
     #[test]
     fn placed_batch_equals_the_original_and_lives_in_its_mappings() {
-        let (placer, placed) = place_sample(Placement::FirstTouch);
+        let (placer, placed) = place_sample(MemPolicy::FirstTouch);
         for (column, PlacedColumn { range, .. }) in
             placed.batch.columns().iter().zip(&placed.columns)
         {
@@ -460,7 +460,7 @@ mod tests {
         .unwrap();
         assert_eq!(batch.column(5).to_data().offset(), 3);
         let placed = placer
-            .place_batch(&batch, &Placement::Interleave(NodeSet::first(2)))
+            .place_batch(&batch, &MemPolicy::Interleave(NodeSet::first(2)))
             .unwrap();
         assert_eq!(placed.batch, batch);
         assert_eq!(placed.batch.slice(100, 7), batch.slice(100, 7));
@@ -468,7 +468,7 @@ mod tests {
 
     #[test]
     fn dropping_the_last_array_unmaps() {
-        let (placer, placed) = place_sample(Placement::FirstTouch);
+        let (placer, placed) = place_sample(MemPolicy::FirstTouch);
         assert_eq!(placer.usage().mappings, placed.batch.num_columns());
         let column = placed.batch.column(1).clone();
         drop(placed);
@@ -484,7 +484,7 @@ mod tests {
 
     #[test]
     fn on_node_one_falls_back_to_a_logical_node_on_a_one_node_machine() {
-        let (placer, placed) = place_sample(Placement::OnNode(1));
+        let (placer, placed) = place_sample(MemPolicy::OnNode(1));
         if !machine_has_node_1() {
             let report = placer.fallbacks();
             assert_eq!(report.count, placed.batch.num_columns() as u64);
@@ -508,7 +508,7 @@ mod tests {
         let page = placer.page_size();
         let nodes = NodeSet::of([0, 1]);
         let mapping = placer
-            .map(64 * page as usize, &Placement::Interleave(nodes))
+            .map(64 * page as usize, &MemPolicy::Interleave(nodes))
             .unwrap();
         let mut psm = PageSocketMapping::new(page);
         psm.add(mapping.addr(), mapping.len() as u64, placer.as_ref())
@@ -526,7 +526,7 @@ mod tests {
         let placer = placer(Backing::KernelThenFake);
         let page = placer.page_size();
         let mapping = placer
-            .map(8 * page as usize, &Placement::FirstTouch)
+            .map(8 * page as usize, &MemPolicy::FirstTouch)
             .unwrap();
         let (addr, len) = (mapping.addr(), mapping.len() as u64);
         let mut psm = PageSocketMapping::new(page);
@@ -556,7 +556,7 @@ mod tests {
             .map(|i| values[(i * 7919) % values.len()].as_str())
             .collect();
         let batch = RecordBatch::try_from_iter([("d", Arc::new(dict) as ArrayRef)]).unwrap();
-        let mut placed = placer.place_batch(&batch, &Placement::OnNode(0)).unwrap();
+        let mut placed = placer.place_batch(&batch, &MemPolicy::OnNode(0)).unwrap();
         let column = placed.columns[0].clone();
         let dictionary = column.dictionary.clone().unwrap();
         assert_eq!(dictionary.start % page, 0);
@@ -592,8 +592,8 @@ mod tests {
     fn a_fake_topology_places_columns_per_node() {
         let placer = placer(Backing::Fake);
         let batch = sample_batch();
-        let placements: Vec<Placement> = (0..batch.num_columns())
-            .map(|i| Placement::OnNode(i as NodeId))
+        let placements: Vec<MemPolicy> = (0..batch.num_columns())
+            .map(|i| MemPolicy::OnNode(i as NodeId))
             .collect();
         let placed = placer.place_columns(&batch, &placements).unwrap();
         for (i, PlacedColumn { range, .. }) in placed.columns.iter().enumerate() {

@@ -10,7 +10,7 @@
 //!   `mbind`); [`FakeBackend`] is a logical record of a node per page;
 //!   [`PlacedMemory`] is the front the engine uses: the kernel, and the
 //!   logical record for each request the kernel refuses.
-//! * [`memory`] — [`Placement`] (first touch, interleave, on a node,
+//! * [`memory`] — [`MemPolicy`] (first touch, interleave, on a node,
 //!   preferred node); page-aligned mappings placed per a placement
 //!   ([`PlacedMemory::map`]); record batches copied once into placed memory
 //!   and rebuilt over it ([`PlacedMemory::place_batch`]).
@@ -48,6 +48,6 @@ pub use backend::{
     PlacedMemory, PlacedMemoryConfig,
 };
 pub use error::PlacementError;
-pub use memory::{Mapping, PlacedBatch, PlacedColumn, Placement};
+pub use memory::{Mapping, MemPolicy, PlacedBatch, PlacedColumn};
 pub use nodes::{NodeId, NodeSet, MAX_NODES};
 pub use psm::{AddReport, PageRange, PageSocketMapping};

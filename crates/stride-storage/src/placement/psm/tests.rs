@@ -5,7 +5,7 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 use crate::placement::backend::FakeBackend;
-use crate::placement::memory::Placement;
+use crate::placement::memory::MemPolicy;
 
 const PAGE: u64 = 4096;
 
@@ -107,22 +107,22 @@ fn figure_5_example() {
 #[test]
 fn seed_worked_sizes() {
     let fake = FakeBackend::new(PAGE);
-    let placed = |base: u64, pages: u64, placement: Placement| {
+    let placed = |base: u64, pages: u64, placement: MemPolicy| {
         fake.bind(base, pages * PAGE, &placement).unwrap();
         let mut psm = PageSocketMapping::new(PAGE);
         psm.add(base, pages * PAGE, &fake).unwrap();
         psm
     };
-    let all = Placement::Interleave(NodeSet::first(32));
+    let all = MemPolicy::Interleave(NodeSet::first(32));
     let two_vectors = |psm: &mut PageSocketMapping, other: PageSocketMapping| {
         psm.union(&other).unwrap();
     };
 
     // Wholly on one socket: r = 1 (IV), 1 (dictionary), 2 (IX).
-    let iv = placed(0x10_0000, 64, Placement::OnNode(5));
-    let dict = placed(0x20_0000, 8, Placement::OnNode(5));
-    let mut ix = placed(0x30_0000, 4, Placement::OnNode(5));
-    two_vectors(&mut ix, placed(0x40_0000, 4, Placement::OnNode(5)));
+    let iv = placed(0x10_0000, 64, MemPolicy::OnNode(5));
+    let dict = placed(0x20_0000, 8, MemPolicy::OnNode(5));
+    let mut ix = placed(0x30_0000, 4, MemPolicy::OnNode(5));
+    two_vectors(&mut ix, placed(0x40_0000, 4, MemPolicy::OnNode(5)));
     assert_eq!(
         [iv.ranges().len(), dict.ranges().len(), ix.ranges().len()],
         [1, 1, 2]
@@ -136,7 +136,7 @@ fn seed_worked_sizes() {
     let mut iv = PageSocketMapping::new(PAGE);
     for part in 0..32u64 {
         let base = 0x100_0000 + part * 2 * PAGE;
-        fake.bind(base, 2 * PAGE, &Placement::OnNode(part as NodeId))
+        fake.bind(base, 2 * PAGE, &MemPolicy::OnNode(part as NodeId))
             .unwrap();
         iv.add(base, 2 * PAGE, &fake).unwrap();
     }
