@@ -87,7 +87,7 @@ pub use sim::{SimConfig, SimJob, SimResult, SimTaskSet};
 pub use task::{
     FinalizeContext, FollowUps, QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork,
 };
-pub use topology::{Node, Topology, TopologyError, TopologySpec};
+pub use topology::{Node, Topology, TopologyError, TopologyKind, TopologySpec};
 pub use trace::{TaskRecord, Tracer};
 pub use tuning::{TrackedWorkload, Tracker, TuningConfig, TuningReport, TuningResult};
 pub use worker::WorkerStats;

@@ -178,6 +178,7 @@ pub fn system_table(
         "queries" => queries_table(log, viewer).map(Some),
         "workers" => workers_table(scheduler).map(Some),
         "tuning" => tuning_table(scheduler).map(Some),
+        "numa" => crate::numa_view::numa_table(scheduler).map(Some),
         _ => Ok(None),
     }
 }
@@ -353,6 +354,10 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
         Field::new("os_nice", DataType::Int64, true),
         Field::new("os_slice_us", DataType::Float64, true),
         Field::new("node", DataType::Int64, false),
+        Field::new("local_morsels", DataType::Int64, false),
+        Field::new("remote_morsels", DataType::Int64, false),
+        Field::new("stolen_morsels", DataType::Int64, false),
+        Field::new("steal_tasks", DataType::Int64, false),
     ]));
     let policy = scheduler.policy().name().to_string();
     let active = scheduler.active_groups() as i64;
@@ -406,6 +411,18 @@ fn workers_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
             stats
                 .iter()
                 .map(|w| config.topology.worker_node(w.worker) as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.places.local as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.places.remote as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.places.stolen as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|w| w.steal_tasks as i64),
         )),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;

@@ -28,6 +28,8 @@
 //! * [`history`] — recorded per-pipeline costs, SRPT's work estimates;
 //! * [`activity`] — the query log and the system views `stride.queries`,
 //!   `stride.workers`;
+//! * [`numa_view`] — the system view `stride.numa`: per memory node, its
+//!   workers' busy time and where their morsels lived;
 //! * [`storage_view`] — the system views `stride.storage` and
 //!   `stride.storage_tables` (the data directory's state);
 //! * [`pg_catalog`] — `pg_catalog` and `information_schema` as views over
@@ -49,6 +51,7 @@ pub mod interrupt;
 pub mod join_order;
 pub mod limits;
 pub mod lower;
+pub mod numa_view;
 pub mod pg_catalog;
 pub mod pg_compat;
 pub mod pg_functions;
