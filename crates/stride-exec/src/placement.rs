@@ -210,8 +210,9 @@ impl Extent {
     }
 }
 
-/// A stable choice of node for a whole table (RR): FNV-1a of its name.
-fn table_node(table: &str, nodes: usize) -> usize {
+/// The position (in the node list) of the node RR puts table `table` on,
+/// out of `nodes`: FNV-1a of its name, so stable across restarts.
+pub fn table_node(table: &str, nodes: usize) -> usize {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in table.bytes() {
         h ^= u64::from(b);

@@ -15,6 +15,7 @@ mod driver;
 mod isolated;
 mod mix;
 mod mixed;
+mod numa;
 mod phases;
 mod plot;
 mod poisson;
@@ -65,6 +66,11 @@ pub enum BenchCommand {
     /// first --count instances of each query in one instance stream (for
     /// drivers outside this binary, e.g. scripts/peers.py).
     Instances(InstancesArgs),
+    /// Placements and affinities on the engine's topology (needs two or
+    /// more nodes, e.g. --topology fake:nodes=2,cores-per-node=1, and a
+    /// loaded lineitem): local/remote/stolen morsels per affinity, busy
+    /// share per node under a 80/20 skew, latency fairness of RR vs PP.
+    Numa(numa::NumaArgs),
 }
 
 #[derive(Args, Debug)]
@@ -217,6 +223,10 @@ pub fn run(cmd: &BenchCommand, global: &GlobalArgs) -> Result<()> {
         BenchCommand::Mixed(args) => mixed::mixed(args, global),
         BenchCommand::SchedOverhead(args) => sched_overhead::run(args),
         BenchCommand::Instances(args) => instances_cmd(args, global),
+        BenchCommand::Numa(args) => {
+            let (engine, session) = crate::start_traced(global, None)?;
+            numa::run(args, &engine, session)
+        }
     }
 }
 
