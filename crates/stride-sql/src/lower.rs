@@ -198,11 +198,15 @@ impl Lowerer {
             .projection
             .clone()
             .unwrap_or_else(|| (0..table.schema().fields().len()).collect());
+        let placement = table.placement().unwrap_or(self.scan.placement);
         let plan = PhysicalPlan::Scan {
             table,
             projection,
             schema: arrow_schema(&scan.projected_schema),
-            placement: self.scan.clone(),
+            placement: stride_exec::placement::ScanPlacement {
+                placement,
+                ..self.scan.clone()
+            },
         };
         Ok(match scan.fetch {
             Some(n) => PhysicalPlan::Limit {

@@ -94,3 +94,89 @@ pub fn numa_table(scheduler: &Scheduler) -> Result<Table> {
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     Ok(Table::new("numa".to_string(), schema, vec![batch])?)
 }
+
+/// `stride.placement`: one row per column of every table placed with
+/// `ALTER TABLE … SET (placement = …)` — its placement, its pages per node
+/// from the column's page-socket mapping (seed 002 §4.3), the mapping's
+/// ranges and size — and whether the nodes are logical (a fake or
+/// synthetic topology, or a node this machine lacks).
+pub fn placement_table(catalog: &stride_storage::Catalog) -> Result<Table> {
+    let f = |name: &str, t: DataType| Field::new(name, t, false);
+    let schema = Arc::new(Schema::new(vec![
+        f("schema", DataType::Utf8),
+        f("table", DataType::Utf8),
+        f("column", DataType::Utf8),
+        f("placement", DataType::Utf8),
+        f("logical", DataType::Boolean),
+        // `node:pages` for every node holding pages of the column.
+        f("pages_per_node", DataType::Utf8),
+        f("pages", DataType::Int64),
+        f("ranges", DataType::Int64),
+        f("psm_bits", DataType::Int64),
+    ]));
+    let mut rows: Vec<PlacementRow> = Vec::new();
+    catalog.read_state(|state| {
+        for (schema, list) in state.schemas() {
+            for (name, t) in list {
+                let Some(placed) = t.placed_pages() else {
+                    continue;
+                };
+                for (column, psm) in &placed.columns {
+                    let per_node = psm
+                        .summary()
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &p)| p > 0)
+                        .map(|(n, p)| format!("{n}:{p}"))
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    rows.push(PlacementRow {
+                        schema: schema.clone(),
+                        table: name.clone(),
+                        column: column.clone(),
+                        placement: placed.placement.to_string(),
+                        logical: placed.logical,
+                        per_node,
+                        pages: psm.total_pages() as i64,
+                        ranges: psm.ranges().len() as i64,
+                        bits: psm.size_bits() as i64,
+                    });
+                }
+            }
+        }
+    });
+    let text = |g: fn(&PlacementRow) -> &str| {
+        Arc::new(StringArray::from_iter_values(rows.iter().map(g))) as ArrayRef
+    };
+    let int = |g: fn(&PlacementRow) -> i64| {
+        Arc::new(Int64Array::from_iter_values(rows.iter().map(g))) as ArrayRef
+    };
+    let columns: Vec<ArrayRef> = vec![
+        text(|r| &r.schema),
+        text(|r| &r.table),
+        text(|r| &r.column),
+        text(|r| &r.placement),
+        Arc::new(BooleanArray::from_iter(
+            rows.iter().map(|r| Some(r.logical)),
+        )),
+        text(|r| &r.per_node),
+        int(|r| r.pages),
+        int(|r| r.ranges),
+        int(|r| r.bits),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Table::new("placement".to_string(), schema, vec![batch])?)
+}
+
+/// One row of `stride.placement`.
+struct PlacementRow {
+    schema: String,
+    table: String,
+    column: String,
+    placement: String,
+    logical: bool,
+    per_node: String,
+    pages: i64,
+    ranges: i64,
+    bits: i64,
+}

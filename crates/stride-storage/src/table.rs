@@ -12,6 +12,7 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Float64Type, SchemaRef};
 
 use crate::error::{Result, StorageError};
+use crate::placement::{PlacedTable, Placement};
 
 /// Source of table incarnation ids; Relaxed: ids only need to be unique.
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
@@ -33,6 +34,11 @@ pub struct Table {
     /// Per column: (min, max) as f64 for numeric and date columns, computed
     /// on first request (the planner's range selectivities).
     ranges: ColumnRanges,
+    /// How the rows are dealt to memory nodes (`None`: the scanning
+    /// session's default), and where the placed columns' pages are once
+    /// placed ([`Table::placed`]; appended blocks are not placed).
+    placement: Option<Placement>,
+    placed: Option<Arc<PlacedTable>>,
 }
 
 impl Table {
@@ -56,7 +62,54 @@ impl Table {
             schema,
             blocks: blocks.into(),
             rows,
+            placement: None,
+            placed: None,
         })
+    }
+
+    /// The same table (name, incarnation, rows in order) over `blocks` —
+    /// its rows copied into placed memory — with `placement` and where the
+    /// pages went. `blocks` must hold the same rows.
+    pub fn placed(&self, blocks: Vec<RecordBatch>, placed: PlacedTable) -> Result<Table> {
+        let rows: usize = blocks.iter().map(|b| b.num_rows()).sum();
+        if rows != self.rows {
+            return Err(StorageError::Internal(format!(
+                "placing table {}: {rows} rows for {}",
+                self.name, self.rows
+            )));
+        }
+        Ok(Table {
+            name: self.name.clone(),
+            id: self.id,
+            ranges: self.ranges.clone(),
+            schema: self.schema.clone(),
+            blocks: blocks.into(),
+            rows,
+            placement: Some(placed.placement),
+            placed: Some(Arc::new(placed)),
+        })
+    }
+
+    /// The same table with its placement reset to the sessions' default
+    /// (blocks stay where they are).
+    pub fn unplaced(&self) -> Table {
+        Table {
+            placement: None,
+            placed: None,
+            ..self.clone()
+        }
+    }
+
+    /// How the rows are dealt to memory nodes; `None`: the scanning
+    /// session's default.
+    pub fn placement(&self) -> Option<Placement> {
+        self.placement
+    }
+
+    /// Where the placed columns' pages are (tables placed with `ALTER
+    /// TABLE … SET (placement = …)`).
+    pub fn placed_pages(&self) -> Option<&Arc<PlacedTable>> {
+        self.placed.as_ref()
     }
 
     /// (min, max) of a numeric or date column as f64 (dates in days since
@@ -150,6 +203,8 @@ impl Table {
             schema: self.schema.clone(),
             blocks: blocks.into(),
             rows,
+            placement: self.placement,
+            placed: self.placed.clone(),
         })
     }
 }

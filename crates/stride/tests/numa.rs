@@ -116,3 +116,52 @@ fn placement_settings_are_checked_and_shown() {
     );
     assert_eq!(nodes, [["0", "synthetic", "1"], ["1", "synthetic", "1"]]);
 }
+
+#[test]
+fn alter_table_places_a_tables_rows_on_its_nodes_and_scans_follow() {
+    let engine = engine();
+    let mut s = engine.session();
+    let expected = rows(&mut s, QUERY);
+    let err = s
+        .execute("alter table lineitem set (placement = 'numa')")
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown placement"), "{err}");
+    s.execute("alter table lineitem set (placement = 'pp')")
+        .unwrap();
+    // Pages of every column on both (logical) nodes, about half each.
+    let pages = rows(
+        &mut s,
+        "select \"column\", pages_per_node, logical, pages from stride.placement \
+         where \"table\" = 'lineitem' order by \"column\"",
+    );
+    assert_eq!(pages.len(), 16, "one row per column");
+    for r in &pages {
+        let per_node: Vec<(usize, i64)> = r[1]
+            .split(' ')
+            .map(|p| {
+                let (n, c) = p.split_once(':').unwrap();
+                (n.parse().unwrap(), c.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            per_node.iter().map(|p| p.0).collect::<Vec<_>>(),
+            [0, 1],
+            "{r:?}"
+        );
+        let total: i64 = r[3].parse().unwrap();
+        assert!(per_node.iter().all(|p| p.1 * 4 >= total), "{r:?}");
+        assert_eq!(r[2], "true", "a synthetic topology's nodes are logical");
+    }
+    // The session's default placement is first-touch; the table's own
+    // placement decides its scans: bound to their nodes, all local.
+    s.execute("set stride.affinity = bound").unwrap();
+    let before = places(&mut s);
+    assert_eq!(rows(&mut s, QUERY), expected, "placed rows answer alike");
+    let after = places(&mut s);
+    assert!(after[0] > before[0]);
+    assert_eq!(after[1] - before[1], 0, "no remote morsel");
+    s.execute("alter table lineitem set (placement = default)")
+        .unwrap();
+    assert!(rows(&mut s, "select * from stride.placement").is_empty());
+    assert_eq!(rows(&mut s, QUERY), expected);
+}

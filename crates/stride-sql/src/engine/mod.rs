@@ -59,6 +59,7 @@ mod cursor;
 mod ddl;
 mod dml;
 mod insert_source;
+mod place;
 mod prepared;
 mod query;
 mod set;
@@ -237,6 +238,10 @@ pub struct Engine {
     security_persisted: std::sync::Mutex<u64>,
     /// Scan placement and affinity unless a session sets its own.
     scans: ScanDefaults,
+    /// Where `ALTER TABLE … SET (placement = …)` copies a table's rows: the
+    /// kernel on the machine's own topology, logical records on fake and
+    /// synthetic ones.
+    placed_memory: Arc<stride_storage::placement::PlacedMemory>,
     /// The scheduler topology's node ids (what placements deal rows to).
     nodes: Arc<[usize]>,
 }
@@ -306,11 +311,20 @@ impl Engine {
             .iter()
             .map(|n| n.id)
             .collect();
+        let backing = match config.scheduler.topology.kind() {
+            stride_sched::TopologyKind::Detected => {
+                stride_storage::placement::Backing::KernelThenFake
+            }
+            _ => stride_storage::placement::Backing::Fake,
+        };
         Arc::new(Engine {
             catalog: Arc::new(Catalog::new()),
             scheduler: Scheduler::new(config.scheduler),
             scans: config.scans,
             nodes,
+            placed_memory: Arc::new(stride_storage::placement::PlacedMemory::new(
+                stride_storage::placement::PlacedMemoryConfig { backing },
+            )),
             functions: FunctionRegistry::default(),
             options,
             log: QueryLog::default(),
@@ -335,6 +349,11 @@ impl Engine {
     /// The engine's scan defaults (`--placement`, `--affinity`).
     pub fn scan_defaults(&self) -> ScanDefaults {
         self.scans
+    }
+
+    /// Where placed tables' rows live ([`Self::nodes`]' memory).
+    pub fn placed_memory(&self) -> &Arc<stride_storage::placement::PlacedMemory> {
+        &self.placed_memory
     }
 
     /// The scheduler topology's node ids, in order.
@@ -499,6 +518,7 @@ impl Engine {
             )
             .map(Some),
             "storage" => crate::storage_view::storage_table(self.data_dir()).map(Some),
+            "placement" => crate::numa_view::placement_table(&self.catalog).map(Some),
             "storage_tables" => {
                 crate::storage_view::storage_tables_table(&self.catalog, self.data_dir().is_some())
                     .map(Some)

@@ -56,6 +56,8 @@ enum PreparedKind {
     Role(crate::roles::RoleStatement),
     /// `DECLARE` (with its query's plan), `FETCH`, `CLOSE`.
     Cursor(super::cursor::CursorStatement, Option<LogicalPlan>),
+    /// `ALTER TABLE … SET (placement = …)`.
+    Place(super::place::PlaceStatement),
 }
 
 impl Prepared {
@@ -224,6 +226,14 @@ impl Session {
                     sql,
                 });
             }
+            if let Some(place) = super::place::parse(s) {
+                return Ok(Prepared {
+                    kind: PreparedKind::Place(place?),
+                    param_types: Vec::new(),
+                    schema: None,
+                    sql,
+                });
+            }
             if let Some(role_statement) =
                 crate::roles::RoleStatement::from_sql(s, &self.default_schema)
             {
@@ -377,6 +387,9 @@ impl Session {
                     tag: "DISCARD ALL".into(),
                 })
             }
+            PreparedKind::Place(statement) => self.logged(&prepared.sql, |s| {
+                s.writing("ALTER TABLE", |s| s.place_table(statement))
+            }),
             PreparedKind::Role(statement) => {
                 // Roles and grants are not part of a transaction's view:
                 // a ROLLBACK could not undo them.

@@ -16,6 +16,8 @@
 //!   and rebuilt over it ([`PlacedMemory::place_batch`]).
 //! * [`psm`] — the [`PageSocketMapping`] of seed 002 §4.3: sorted page
 //!   ranges → node, interleave patterns, a per-node summary.
+//! * [`table`] — a table's [`Placement`] (first touch, interleave, RR, PP,
+//!   PAX stripes) and, once placed, its columns' pages ([`PlacedTable`]).
 //!
 //! # Real and logical
 //!
@@ -42,6 +44,7 @@ pub mod error;
 pub mod memory;
 pub mod nodes;
 pub mod psm;
+pub mod table;
 
 pub use backend::{
     Backing, FakeBackend, Fallback, FallbackReport, KernelBackend, MemoryUsage, NodeBackend,
@@ -51,3 +54,4 @@ pub use error::PlacementError;
 pub use memory::{Mapping, MemPolicy, PlacedBatch, PlacedColumn};
 pub use nodes::{NodeId, NodeSet, MAX_NODES};
 pub use psm::{AddReport, PageRange, PageSocketMapping};
+pub use table::{parse_named, PlacedTable, Placement, UnknownName, PAX_STRIPE_ROWS};
