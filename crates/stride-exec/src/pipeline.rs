@@ -142,6 +142,7 @@ impl TaskSetWork for Pipeline {
                 return Ok(TaskOutcome::Exhausted);
             };
             let rows = morsel.rows();
+            let first = morsel.slices.first().map(|(seq, _)| *seq);
             let stop = || ctx.stop_requested();
             for (seq, batch) in morsel.slices {
                 self.push(0, seq, &Cell::new(0), batch, ctx.worker(), &stop)?;
@@ -149,6 +150,9 @@ impl TaskSetWork for Pipeline {
             if ctx.stop_requested() {
                 // Cancelled mid-morsel: the rest of it goes with the query.
                 return Ok(TaskOutcome::Yielded);
+            }
+            if let Some(first) = first {
+                self.sink.morsel_done(first, rows);
             }
             ctx.morsel_done(rows);
         }
@@ -403,13 +407,25 @@ pub fn compile(
     result: Arc<Buffer>,
     memory: &Arc<QueryMemory>,
 ) -> Result<Vec<Pipeline>> {
+    let sink = Arc::new(MaterializeSink::new(result, 0, "result"));
+    compile_into(plan, workers, sink, memory)
+}
+
+/// As [`compile`], the last pipeline ending in `result` (a streamed
+/// result's sink, `crate::stream`).
+pub fn compile_into(
+    plan: &PhysicalPlan,
+    workers: usize,
+    result: Arc<dyn Sink>,
+    memory: &Arc<QueryMemory>,
+) -> Result<Vec<Pipeline>> {
     let mut c = Compiler {
         workers: workers.max(1),
         pipelines: Vec::new(),
         memory: memory.clone(),
     };
     let open = c.compile(plan)?;
-    c.close(open, Arc::new(MaterializeSink::new(result, 0, "result")));
+    c.close(open, result);
     if c.pipelines.is_empty() {
         return Err(ExecError::Internal("plan compiled to no pipeline".into()));
     }

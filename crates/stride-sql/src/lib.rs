@@ -62,7 +62,7 @@ pub mod window_functions;
 pub use copy::{CopyFormat, CopyOptions};
 pub use engine::{
     CopyIn, CopyOut, Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput,
-    Session, SpillConfig, StatementOutput,
+    ResultReceiver, Session, SpillConfig, StatementOutput,
 };
 pub use error::{PlanKind, SettingKind, SqlError, UndefinedKind};
 pub use interrupt::Interrupt;
