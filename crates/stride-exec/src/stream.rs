@@ -519,27 +519,14 @@ impl Sink for StreamSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buffer::tests::batch;
     use crate::memory::MemoryPool;
     use crate::spill::SpillArea;
-    use arrow::array::Int64Array;
-    use arrow::datatypes::{DataType, Field, Schema};
-
-    fn batch(from: i64, n: i64) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
-        RecordBatch::try_new(
-            schema,
-            vec![Arc::new(Int64Array::from_iter_values(from..from + n))],
-        )
-        .unwrap()
-    }
+    use arrow::array::AsArray;
+    use arrow::datatypes::Int64Type;
 
     fn first(b: &StreamedBatch) -> i64 {
-        b.batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap()
-            .value(0)
+        b.batch.column(0).as_primitive::<Int64Type>().value(0)
     }
 
     #[test]

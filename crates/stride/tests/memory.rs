@@ -17,7 +17,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use stride_server::ServerConfig;
 use tokio_postgres::Client;
 
 const SERVER_LIMIT: usize = 256 << 20;
@@ -31,29 +30,7 @@ struct Fixture {
 fn server() -> &'static Fixture {
     static SERVER: OnceLock<Fixture> = OnceLock::new();
     SERVER.get_or_init(|| {
-        let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
-            scheduler: stride_sched::SchedulerConfig {
-                workers: 2,
-                pin_workers: false,
-                ..Default::default()
-            },
-            memory: stride_sql::MemoryConfig {
-                limit: SERVER_LIMIT,
-                query_limit: QUERY_LIMIT,
-            },
-            spill: stride_sql::SpillConfig {
-                temp_dir: Some(temp_parent()),
-                file_limit: None,
-                force: false,
-            },
-        });
-        engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
-        engine.set_default_schema("sf0_01").unwrap();
-        let config = ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Default::default()
-        };
-        let addr = common::client::serve(engine.clone(), config, 2);
+        let (addr, engine) = common::client::tpch_server(SERVER_LIMIT, QUERY_LIMIT, temp_parent());
         Fixture { addr, engine }
     })
 }

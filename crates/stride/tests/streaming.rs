@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use common::client::runtime;
 use common::wire;
-use stride_server::ServerConfig;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// The share the streaming tests run with: far below their results.
@@ -35,29 +34,7 @@ fn server() -> &'static Fixture {
     SERVER.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("stride-stream-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
-            scheduler: stride_sched::SchedulerConfig {
-                workers: 2,
-                pin_workers: false,
-                ..Default::default()
-            },
-            memory: stride_sql::MemoryConfig {
-                limit: 256 << 20,
-                query_limit: 32 << 20,
-            },
-            spill: stride_sql::SpillConfig {
-                temp_dir: Some(dir),
-                file_limit: None,
-                force: false,
-            },
-        });
-        engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
-        engine.set_default_schema("sf0_01").unwrap();
-        let config = ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Default::default()
-        };
-        let addr = common::client::serve(engine.clone(), config, 2);
+        let (addr, engine) = common::client::tpch_server(256 << 20, 32 << 20, dir);
         Fixture { addr, engine }
     })
 }
@@ -178,6 +155,16 @@ fn a_result_far_past_the_share_streams_whole_in_both_protocols() {
     back_to_baseline();
 }
 
+/// Rows from the middle of an ordering.
+const LIMITED: &str = "select l_orderkey, l_linenumber from lineitem \
+     order by l_orderkey desc, l_linenumber limit 5000 offset 777";
+
+/// The (orderkey, linenumber) rows of `sql`, in the order they came.
+async fn keys(client: &Client, sql: &str) -> Vec<(i64, i32)> {
+    let rows = client.query(sql, &[]).await.unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
 #[test]
 fn order_by_and_limit_offset_stream_in_order() {
     let _turn = turn();
@@ -188,17 +175,7 @@ fn order_by_and_limit_offset_stream_in_order() {
             .await
             .unwrap()
             .get(0);
-        let reference: Vec<(i64, i32)> = client
-            .query(
-                "select l_orderkey, l_linenumber from lineitem \
-                 order by l_orderkey desc, l_linenumber limit 5000 offset 777",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
+        let reference = keys(&client, LIMITED).await;
         // A sort needs room for its runs: a share it can spill in, still
         // far below the sorted result.
         client
@@ -222,18 +199,7 @@ fn order_by_and_limit_offset_stream_in_order() {
                 .all(|w| (-w[0].0, w[0].1) <= (-w[1].0, w[1].1)),
             "ORDER BY order lost"
         );
-        let limited: Vec<(i64, i32)> = client
-            .query(
-                "select l_orderkey, l_linenumber from lineitem \
-                 order by l_orderkey desc, l_linenumber limit 5000 offset 777",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        assert_eq!(limited, reference);
+        assert_eq!(keys(&client, LIMITED).await, reference);
     });
     back_to_baseline();
 }

@@ -58,4 +58,14 @@ impl Session {
         self.receiver = None;
         out
     }
+
+    /// Runs `f` with the request's receiver put aside: a statement whose
+    /// query's rows the session hands on in another form (`COPY … TO`)
+    /// collects them.
+    pub(super) fn collecting<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let receiver = self.receiver.take();
+        let out = f(self);
+        self.receiver = receiver;
+        out
+    }
 }

@@ -88,3 +88,33 @@ pub fn run_program(mut cmd: std::process::Command, what: &str) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// A server of TPC-H SF 0.01 (the default schema) on two workers under the
+/// given server-wide and per-query memory limits, spilling below
+/// `temp_dir`; its address and engine.
+pub fn tpch_server(
+    limit: usize,
+    query_limit: usize,
+    temp_dir: std::path::PathBuf,
+) -> (SocketAddr, std::sync::Arc<stride_sql::Engine>) {
+    let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
+        scheduler: stride_sched::SchedulerConfig {
+            workers: 2,
+            pin_workers: false,
+            ..Default::default()
+        },
+        memory: stride_sql::MemoryConfig { limit, query_limit },
+        spill: stride_sql::SpillConfig {
+            temp_dir: Some(temp_dir),
+            file_limit: None,
+            force: false,
+        },
+    });
+    engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
+    engine.set_default_schema("sf0_01").unwrap();
+    let config = stride_server::ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    };
+    (serve(engine.clone(), config, 2), engine)
+}
