@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -22,17 +21,9 @@ use tokio_postgres::Client;
 const SERVER_LIMIT: usize = 256 << 20;
 const QUERY_LIMIT: usize = 32 << 20;
 
-struct Fixture {
-    addr: SocketAddr,
-    engine: Arc<stride_sql::Engine>,
-}
-
-fn server() -> &'static Fixture {
-    static SERVER: OnceLock<Fixture> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let (addr, engine) = common::client::tpch_server(SERVER_LIMIT, QUERY_LIMIT, temp_parent());
-        Fixture { addr, engine }
-    })
+fn server() -> &'static TestServer {
+    static SERVER: OnceLock<TestServer> = OnceLock::new();
+    SERVER.get_or_init(|| common::client::tpch_server(SERVER_LIMIT, QUERY_LIMIT, temp_parent()))
 }
 
 /// The directory the test server makes its spill area in.
@@ -72,7 +63,7 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-use common::client::runtime;
+use common::client::{runtime, TestServer};
 
 async fn connect() -> Client {
     common::client::connect(server().addr, "stride").await

@@ -13,29 +13,23 @@
 mod common;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::net::TcpStream;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::client::runtime;
+use common::client::{runtime, TestServer};
 use common::wire;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// The share the streaming tests run with: far below their results.
 const SMALL_SHARE: &str = "256kB";
 
-struct Fixture {
-    addr: SocketAddr,
-    engine: Arc<stride_sql::Engine>,
-}
-
-fn server() -> &'static Fixture {
-    static SERVER: OnceLock<Fixture> = OnceLock::new();
+fn server() -> &'static TestServer {
+    static SERVER: OnceLock<TestServer> = OnceLock::new();
     SERVER.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("stride-stream-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let (addr, engine) = common::client::tpch_server(256 << 20, 32 << 20, dir);
-        Fixture { addr, engine }
+        common::client::tpch_server(256 << 20, 32 << 20, dir)
     })
 }
 

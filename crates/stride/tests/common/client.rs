@@ -89,14 +89,16 @@ pub fn run_program(mut cmd: std::process::Command, what: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// A test server and its engine.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub engine: std::sync::Arc<stride_sql::Engine>,
+}
+
 /// A server of TPC-H SF 0.01 (the default schema) on two workers under the
 /// given server-wide and per-query memory limits, spilling below
-/// `temp_dir`; its address and engine.
-pub fn tpch_server(
-    limit: usize,
-    query_limit: usize,
-    temp_dir: std::path::PathBuf,
-) -> (SocketAddr, std::sync::Arc<stride_sql::Engine>) {
+/// `temp_dir`.
+pub fn tpch_server(limit: usize, query_limit: usize, temp_dir: std::path::PathBuf) -> TestServer {
     let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
         scheduler: stride_sched::SchedulerConfig {
             workers: 2,
@@ -116,5 +118,8 @@ pub fn tpch_server(
         listen: "127.0.0.1:0".parse().unwrap(),
         ..Default::default()
     };
-    (serve(engine.clone(), config, 2), engine)
+    TestServer {
+        addr: serve(engine.clone(), config, 2),
+        engine,
+    }
 }
