@@ -137,7 +137,7 @@ pub fn execute_streaming(
         // the stream; the consumer waits only on the stream.
         let waiter = stream.clone();
         scope.spawn(move || waiter.end(handle.wait()));
-        let delivered = loop {
+        loop {
             match stream.next() {
                 Ok(Some(mut b)) => {
                     rows += b.num_rows();
@@ -154,8 +154,7 @@ pub fn execute_streaming(
                 Ok(None) => break Ok(()),
                 Err(StreamEnd(e)) => break Err(unwrap_query_error(e)),
             }
-        };
-        delivered
+        }
     });
     on_running(None);
     let outcome = delivered.and_then(|()| {

@@ -671,7 +671,7 @@ impl Connection {
                     s.execute_statements_streaming(&sql, streamer, &mut |result| {
                         statements += 1;
                         // A client gone is noticed by the connection.
-                        let _ = sender.send(Event::Statement(result));
+                        let _ = sender.send(Event::Statement(Box::new(result)));
                     });
                     statements
                 },

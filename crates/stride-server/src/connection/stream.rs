@@ -48,8 +48,9 @@ pub(super) enum Event {
     /// A streamed result begins.
     Columns(SchemaRef),
     Batch(StreamedBatch),
-    /// A statement of a simple query ended.
-    Statement(Result<StatementOutput, SqlError>),
+    /// A statement of a simple query ended (boxed: a batch, the common
+    /// event, is far smaller).
+    Statement(Box<Result<StatementOutput, SqlError>>),
 }
 
 /// The session's [`ResultReceiver`]: sends events to the connection.
@@ -149,12 +150,12 @@ impl Connection {
                 }
             }
             Event::Statement(result) => {
-                if !streaming.session_back && matches!(result, Ok(StatementOutput::CopyIn(_))) {
+                if !streaming.session_back && matches!(*result, Ok(StatementOutput::CopyIn(_))) {
                     streaming.deferred = Some(vec![Event::Statement(result)]);
                 } else if std::mem::take(&mut streaming.failed) && result.is_ok() {
                     // Its error was the reply.
                 } else {
-                    self.answer(result).await?;
+                    self.answer(*result).await?;
                 }
             }
         }
