@@ -19,7 +19,9 @@
 //! client that reads much slower than the query produces gets the rest of
 //! the result from disk (bounded by `temp_file_limit`, 53400), whereas
 //! pausing the task set would need a scheduler state for "runnable only
-//! once the consumer drained" that the scheduler does not have. A query
+//! once the consumer drained" that the scheduler does not have. (The
+//! stream's state is one mutex; a worker that parks writes the batch while
+//! holding it, as a spilling [`crate::buffer::Buffer`] does.) A query
 //! without a spill directory (embedded use) keeps everything in the queue,
 //! charged: a refused charge fails it with 53200 as before. The backlog on
 //! disk is bounded too ([`StreamConfig::backlog_shares`]): a result that
@@ -97,8 +99,9 @@ impl StreamConfig {
     pub const DEFAULT_QUEUE_BYTES: usize = 16 << 20;
     /// The default backlog: eight shares.
     pub const DEFAULT_BACKLOG_SHARES: usize = 8;
-    /// The smallest backlog allowed, whatever the share.
-    pub const MIN_BACKLOG_BYTES: usize = 64 << 20;
+    /// The smallest backlog allowed, whatever the share: a client reading
+    /// a result of some hundred MB at its own pace under a small share.
+    pub const MIN_BACKLOG_BYTES: usize = 256 << 20;
 
     pub fn new(order: StreamOrder) -> Self {
         StreamConfig {
