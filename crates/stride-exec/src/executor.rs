@@ -1,6 +1,7 @@
 //! Running a physical plan on the scheduler.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
@@ -16,7 +17,7 @@ use crate::operator::Sink;
 use crate::pipeline::{compile, compile_into};
 use crate::plan::PhysicalPlan;
 use crate::stream::{
-    ResultStream, StreamConfig, StreamEnd, StreamOrder, StreamSink, StreamedBatch,
+    Pull, ResultStream, StreamConfig, StreamEnd, StreamOrder, StreamSink, StreamedBatch,
 };
 
 /// A query's result and its scheduling statistics.
@@ -88,6 +89,10 @@ pub fn execute_with(
     })
 }
 
+/// How long a streamed query's consumer waits with nothing to take before
+/// a thread is started to wait for the query's completion.
+const WAITER_AFTER: Duration = Duration::from_millis(2);
+
 /// A streamed query's scheduling statistics: its rows went to the consumer.
 #[derive(Debug)]
 pub struct StreamOutput {
@@ -132,14 +137,19 @@ pub fn execute_streaming(
     let canceller = handle.canceller();
     on_running(Some(handle.canceller()));
     let mut rows = 0;
-    let delivered = std::thread::scope(|scope| {
-        // The completion is waited for on a thread of its own, which tells
-        // the stream; the consumer waits only on the stream.
-        let waiter = stream.clone();
-        scope.spawn(move || waiter.end(handle.wait()));
-        loop {
-            match stream.next() {
-                Ok(Some(mut b)) => {
+    let mut handle = Some(handle);
+    let outcome = std::thread::scope(|scope| {
+        let outcome = loop {
+            // A query that runs past `WAITER_AFTER` gets a thread that
+            // waits for its completion and reports it to the stream (a
+            // failure never reaches the sink); a short one ends without.
+            let patience = if handle.is_some() {
+                WAITER_AFTER
+            } else {
+                Duration::from_millis(50)
+            };
+            match stream.pull(patience) {
+                Ok(Pull::Batch(mut b)) => {
                     rows += b.num_rows();
                     let relabelled = relabel(&schema, b.batch.clone());
                     let sent = relabelled.and_then(|batch| {
@@ -151,18 +161,30 @@ pub fn execute_streaming(
                         break Err(e);
                     }
                 }
-                Ok(None) => break Ok(()),
+                Ok(Pull::Drained) => match handle.take() {
+                    Some(h) => break h.wait().map_err(unwrap_query_error),
+                    // The waiter reports the completion.
+                    None => continue,
+                },
+                Ok(Pull::Ended(stats)) => break Ok(*stats),
+                Ok(Pull::Idle) => {
+                    if let Some(h) = handle.take() {
+                        let waiter = stream.clone();
+                        scope.spawn(move || waiter.end(h.wait()));
+                    }
+                }
                 Err(StreamEnd(e)) => break Err(unwrap_query_error(e)),
             }
+        };
+        // Cancelled after a delivery error: stopped before its spill
+        // directory goes.
+        if let Some(h) = handle.take() {
+            let _ = h.wait();
         }
+        outcome
     });
     on_running(None);
-    let outcome = delivered.and_then(|()| {
-        let stats = stream
-            .stats()
-            .ok_or_else(|| ExecError::Internal("stream ended without its statistics".into()))?;
-        Ok(with_memory(stats, memory))
-    });
+    let outcome = outcome.map(|stats| with_memory(stats, memory));
     close_spill(memory);
     Ok(StreamOutput {
         schema,

@@ -53,12 +53,13 @@
 //!                                └──────────────────────┘
 //!  morsel_done(seq, rows) ─► watermark advances ─► wakes the consumer
 //!  finish (last finalization) ─► everything releasable
-//!  the query ends (completion seen by a waiting thread) ─► Ok: drain; Err: the error
+//!  finish, nothing left ─► Drained: the consumer waits for the query's handle
+//!  the query ends (completion reported by a waiting thread) ─► Ok: drain; Err: the error
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use stride_sched::{FinalizeContext, QueryError, QueryStats};
@@ -209,7 +210,23 @@ pub struct ResultStream {
 enum Next {
     Batch(StreamedBatch),
     Read(Arc<SpillFile>, usize),
-    End,
+    Drained,
+    End(Box<QueryStats>),
+}
+
+/// What [`ResultStream::pull`] gives the consumer.
+#[derive(Debug)]
+pub enum Pull {
+    Batch(StreamedBatch),
+    /// The sink finished and every batch was taken, and no completion was
+    /// reported to the stream: the caller waits for the query's handle.
+    Drained,
+    /// The query completed (reported by [`ResultStream::end`]) and every
+    /// batch was taken: its statistics (boxed: batches are the common
+    /// case, and far smaller).
+    Ended(Box<QueryStats>),
+    /// Nothing happened within the patience given.
+    Idle,
 }
 
 impl ResultStream {
@@ -342,15 +359,15 @@ impl ResultStream {
         self.changed.notify_all();
     }
 
-    /// The next batch for the consumer, waiting (on the calling thread,
-    /// never a worker) until one is releasable; `Ok(None)` once the query
-    /// completed and every batch was taken; the query's error if it failed.
-    pub fn next(&self) -> std::result::Result<Option<StreamedBatch>, StreamEnd> {
+    /// What the consumer takes next, waiting (on the calling thread, never
+    /// a worker) at most `patience` for something to happen; the query's
+    /// error once it failed (what was left is dropped with it).
+    pub fn pull(&self, patience: Duration) -> std::result::Result<Pull, StreamEnd> {
+        let deadline = Instant::now() + patience;
         let next = {
             let mut state = self.lock();
             loop {
                 if let Some(Err(_)) = &state.ended {
-                    // Failed or cancelled: what is left is dropped with it.
                     self.clear(&mut state);
                     let Some(Err(e)) = state.ended.take() else {
                         unreachable!("checked just above")
@@ -360,16 +377,21 @@ impl ResultStream {
                 if let Some(next) = self.take(&mut state)? {
                     break next;
                 }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(Pull::Idle);
+                }
                 state = self
                     .changed
-                    .wait_timeout(state, Duration::from_millis(50))
+                    .wait_timeout(state, deadline - now)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
         };
         match next {
-            Next::Batch(b) => Ok(Some(b)),
-            Next::End => Ok(None),
+            Next::Batch(b) => Ok(Pull::Batch(b)),
+            Next::Drained => Ok(Pull::Drained),
+            Next::End(stats) => Ok(Pull::Ended(stats)),
             Next::Read(file, index) => {
                 let batch = file.read(index).map_err(StreamEnd::exec)?;
                 // Charged where the account has room; where not, carried
@@ -379,7 +401,7 @@ impl ResultStream {
                     .memory
                     .charge(batch_bytes(&batch), "streamed result")
                     .ok();
-                Ok(Some(StreamedBatch {
+                Ok(Pull::Batch(StreamedBatch {
                     batch,
                     _charge: charge,
                 }))
@@ -392,10 +414,12 @@ impl ResultStream {
     fn take(&self, state: &mut State) -> std::result::Result<Option<Next>, StreamEnd> {
         let first = state.entries.first_key_value().map(|(k, _)| *k);
         let Some(key) = first else {
-            return Ok(if matches!(state.ended, Some(Ok(_))) {
-                Some(Next::End)
-            } else {
-                None
+            return Ok(match state.ended.take() {
+                Some(Ok(stats)) => Some(Next::End(Box::new(stats))),
+                other => {
+                    state.ended = other;
+                    state.finished.then_some(Next::Drained)
+                }
             });
         };
         if !self.releasable(state, key.0) && !matches!(state.ended, Some(Ok(_))) {
@@ -456,14 +480,6 @@ impl ResultStream {
         state.segments.clear();
         state.parking = None;
         self.memory.shrink(std::mem::take(&mut state.held));
-    }
-
-    /// The query's statistics, once [`Self::next`] returned `Ok(None)`.
-    pub fn stats(&self) -> Option<QueryStats> {
-        match self.lock().ended.take() {
-            Some(Ok(stats)) => Some(stats),
-            _ => None,
-        }
     }
 }
 
@@ -532,6 +548,15 @@ mod tests {
         b.batch.column(0).as_primitive::<Int64Type>().value(0)
     }
 
+    /// The next batch; `None` at the end.
+    fn next(stream: &ResultStream) -> Option<StreamedBatch> {
+        match stream.pull(Duration::from_millis(100)).unwrap() {
+            Pull::Batch(b) => Some(b),
+            Pull::Ended(_) | Pull::Drained => None,
+            Pull::Idle => panic!("nothing releasable"),
+        }
+    }
+
     #[test]
     fn sequence_order_waits_for_the_watermark_and_parks_past_the_queue() {
         let parent = crate::spill::tests::temp_parent("stream");
@@ -545,7 +570,7 @@ mod tests {
         stream.push(MorselSeq::at(0), batch(0, 1000)).unwrap();
         stream.morsel_done(MorselSeq::at(0), 1000);
         // Morsel 1 is still running: only morsel 0 is releasable.
-        let b = stream.next().unwrap().unwrap();
+        let b = next(&stream).unwrap();
         assert_eq!(first(&b), 0);
         drop(b);
         {
@@ -563,12 +588,11 @@ mod tests {
         stream.morsel_done(MorselSeq::at(3000), 2000);
         stream.finish();
         stream.end(Ok(QueryStats::default()));
-        let got: Vec<i64> = std::iter::from_fn(|| stream.next().unwrap())
+        let got: Vec<i64> = std::iter::from_fn(|| next(&stream))
             .map(|b| first(&b))
             .collect();
         assert_eq!(got, vec![1000, 2000, 3000, 4000]);
         assert_eq!(memory.used(), 0, "every charge went back");
-        assert!(stream.stats().is_some());
         drop(stream);
         drop((memory, area));
         std::fs::remove_dir_all(&parent).unwrap();
@@ -580,14 +604,27 @@ mod tests {
         let stream = ResultStream::new(memory.clone(), StreamConfig::new(StreamOrder::Arrival));
         stream.push(MorselSeq::at(5), batch(5, 10)).unwrap();
         stream.push(MorselSeq::at(0), batch(0, 10)).unwrap();
-        assert_eq!(first(&stream.next().unwrap().unwrap()), 0);
-        assert!(memory.used() > 0);
+        assert_eq!(first(&next(&stream).unwrap()), 0);
+        assert!(memory.used() > 0, "batch 5 is still held");
         stream.end(Err(QueryError::Cancelled));
         assert!(matches!(
-            stream.next(),
+            stream.pull(Duration::ZERO),
             Err(StreamEnd(QueryError::Cancelled))
         ));
         assert_eq!(memory.used(), 0);
         assert_eq!(stream.lock().entries.len(), 0);
+    }
+
+    #[test]
+    fn a_finished_stream_is_drained_until_its_completion_is_reported() {
+        let memory = QueryMemory::new(MemoryPool::new(1 << 30), 1 << 20);
+        let stream = ResultStream::new(memory, StreamConfig::new(StreamOrder::Arrival));
+        assert!(matches!(stream.pull(Duration::ZERO), Ok(Pull::Idle)));
+        stream.push(MorselSeq::at(0), batch(0, 10)).unwrap();
+        stream.finish();
+        assert_eq!(first(&next(&stream).unwrap()), 0);
+        assert!(matches!(stream.pull(Duration::ZERO), Ok(Pull::Drained)));
+        stream.end(Ok(QueryStats::default()));
+        assert!(matches!(stream.pull(Duration::ZERO), Ok(Pull::Ended(_))));
     }
 }
