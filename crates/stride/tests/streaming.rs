@@ -288,12 +288,12 @@ fn a_timeout_mid_stream_is_an_error_after_the_rows_sent() {
     let _turn = turn();
     let mut stream = raw_client();
     stream
-        .write_all(&wire::query_message("set statement_timeout = 300"))
+        .write_all(&wire::query_message("set statement_timeout = 1500"))
         .unwrap();
     wire::read_until(&mut stream, b'Z');
     first_row(&mut stream, BIG);
     // The client stalls past the timeout; the server waits on the socket.
-    std::thread::sleep(Duration::from_millis(800));
+    std::thread::sleep(Duration::from_millis(2500));
     let rest = wire::read_until(&mut stream, b'Z');
     let tags: Vec<u8> = rest.iter().map(|m| m.0).filter(|&t| t != b'D').collect();
     assert_eq!(tags, vec![b'E', b'Z'], "an error, then ready");
