@@ -250,14 +250,15 @@ impl Buffer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::memory::MemoryPool;
     use crate::spill::SpillArea;
     use arrow::array::Int64Array;
     use arrow::datatypes::{DataType, Field, Schema};
 
-    fn batch(from: i64, n: i64) -> RecordBatch {
+    /// One Int64 column `x` holding `from..from + n`.
+    pub(crate) fn batch(from: i64, n: i64) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
         RecordBatch::try_new(
             schema,

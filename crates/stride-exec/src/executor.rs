@@ -1,16 +1,24 @@
 //! Running a physical plan on the scheduler.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
-use stride_sched::{Canceller, GroupFacts, QueryError, QueryStats, Scheduler, TaskSetWork};
+use stride_sched::{
+    Canceller, GroupFacts, QueryError, QueryHandle, QueryStats, Scheduler, TaskSetWork,
+};
 
 use crate::buffer::Buffer;
 use crate::error::{ExecError, Result};
 use crate::memory::QueryMemory;
-use crate::pipeline::compile;
+use crate::operator::materialize::MaterializeSink;
+use crate::operator::Sink;
+use crate::pipeline::{compile, compile_into};
 use crate::plan::PhysicalPlan;
+use crate::stream::{
+    Pull, ResultStream, StreamConfig, StreamEnd, StreamOrder, StreamSink, StreamedBatch,
+};
 
 /// A query's result and its scheduling statistics.
 #[derive(Debug)]
@@ -58,31 +66,20 @@ pub fn execute_with(
     on_running: &mut dyn FnMut(Option<Canceller>),
 ) -> Result<ExecOutput> {
     let result = Arc::new(Buffer::in_memory(memory.clone(), "query result"));
-    let pipelines = compile(plan, scheduler.config().workers, result.clone(), memory)?;
-    let count = pipelines.len();
-    let task_sets: Vec<Arc<dyn TaskSetWork>> = pipelines
-        .into_iter()
-        .map(|p| Arc::new(p) as Arc<dyn TaskSetWork>)
-        .collect();
-    let handle = scheduler.submit_with(task_sets, facts);
+    let sink = Arc::new(MaterializeSink::new(result.clone(), 0, "result"));
+    let (handle, count) = submit(plan, sink, scheduler, facts, memory)?;
     on_running(Some(handle.canceller()));
     let outcome = handle.wait();
     on_running(None);
-    let collected = outcome.map_err(unwrap_query_error).and_then(|mut stats| {
+    let collected = outcome.map_err(unwrap_query_error).and_then(|stats| {
         // From here on the result is the caller's, outside the query's account.
         let batches = result
             .take()?
             .map(|b| relabel(&schema, b?))
             .collect::<Result<Vec<_>>>()?;
-        stats.memory_peak = memory.peak();
-        stats.spilled_bytes = memory.spilled_bytes() as usize;
-        Ok((stats, batches))
+        Ok((with_memory(stats, memory), batches))
     });
-    // The query's spill files go now, whether it succeeded or not (a task
-    // set the scheduler still holds cannot make new ones).
-    if let Some(spill) = memory.spill() {
-        spill.close();
-    }
+    close_spill(memory);
     let (stats, batches) = collected?;
     Ok(ExecOutput {
         schema,
@@ -90,6 +87,160 @@ pub fn execute_with(
         stats,
         pipelines: count,
     })
+}
+
+/// How long a streamed query's consumer waits with nothing to take before
+/// a thread is started to wait for the query's completion.
+const WAITER_AFTER: Duration = Duration::from_millis(2);
+
+/// A streamed query's scheduling statistics: its rows went to the consumer.
+#[derive(Debug)]
+pub struct StreamOutput {
+    pub schema: SchemaRef,
+    /// Rows handed to the consumer.
+    pub rows: usize,
+    pub stats: QueryStats,
+    pub pipelines: usize,
+}
+
+/// Who takes a streamed result, and how.
+pub struct Consumer<'a> {
+    pub config: StreamConfig,
+    /// As `on_running` of [`execute_with`].
+    pub on_running: &'a mut dyn FnMut(Option<Canceller>),
+    /// Takes each batch (relabelled with the result's schema; it holds its
+    /// memory charge until dropped). An error cancels the query.
+    pub deliver: &'a mut dyn FnMut(StreamedBatch) -> Result<()>,
+}
+
+/// As [`execute_with`], streaming the result: each batch goes to the
+/// consumer's `deliver` on the calling thread as soon as the
+/// [`ResultStream`] releases it (in the order its config asks for), while
+/// the query runs. A `deliver` error (the client went away) cancels the
+/// query and is returned once the query stopped.
+pub fn execute_streaming(
+    plan: &PhysicalPlan,
+    schema: SchemaRef,
+    scheduler: &Scheduler,
+    facts: GroupFacts,
+    memory: &Arc<QueryMemory>,
+    consumer: Consumer<'_>,
+) -> Result<StreamOutput> {
+    let Consumer {
+        config,
+        on_running,
+        deliver,
+    } = consumer;
+    let stream = Arc::new(ResultStream::new(memory.clone(), config));
+    let sink = Arc::new(StreamSink::new(stream.clone()));
+    let (handle, count) = submit(plan, sink, scheduler, facts, memory)?;
+    let canceller = handle.canceller();
+    on_running(Some(handle.canceller()));
+    let mut rows = 0;
+    let mut handle = Some(handle);
+    let outcome = std::thread::scope(|scope| {
+        let outcome = loop {
+            // A query that runs past `WAITER_AFTER` gets a thread that
+            // waits for its completion and reports it to the stream (a
+            // failure never reaches the sink); a short one ends without.
+            let patience = if handle.is_some() {
+                WAITER_AFTER
+            } else {
+                Duration::from_millis(50)
+            };
+            match stream.pull(patience) {
+                Ok(Pull::Batch(mut b)) => {
+                    rows += b.num_rows();
+                    let relabelled = relabel(&schema, b.batch.clone());
+                    let sent = relabelled.and_then(|batch| {
+                        b.batch = batch;
+                        deliver(b)
+                    });
+                    if let Err(e) = sent {
+                        canceller.cancel();
+                        break Err(e);
+                    }
+                }
+                Ok(Pull::Drained) => match handle.take() {
+                    Some(h) => break h.wait().map_err(unwrap_query_error),
+                    // The waiter reports the completion.
+                    None => continue,
+                },
+                Ok(Pull::Ended(stats)) => break Ok(*stats),
+                Ok(Pull::Idle) => {
+                    if let Some(h) = handle.take() {
+                        let waiter = stream.clone();
+                        scope.spawn(move || waiter.end(h.wait()));
+                    }
+                }
+                Err(StreamEnd(e)) => break Err(unwrap_query_error(e)),
+            }
+        };
+        // Cancelled after a delivery error: stopped before its spill
+        // directory goes.
+        if let Some(h) = handle.take() {
+            let _ = h.wait();
+        }
+        outcome
+    });
+    on_running(None);
+    let outcome = outcome.map(|stats| with_memory(stats, memory));
+    close_spill(memory);
+    Ok(StreamOutput {
+        schema,
+        rows,
+        stats: outcome?,
+        pipelines: count,
+    })
+}
+
+/// Compiles `plan` with `sink` at its end and submits it as one resource
+/// group; returns its handle and how many pipelines it has.
+fn submit(
+    plan: &PhysicalPlan,
+    sink: Arc<dyn Sink>,
+    scheduler: &Scheduler,
+    facts: GroupFacts,
+    memory: &Arc<QueryMemory>,
+) -> Result<(QueryHandle, usize)> {
+    let pipelines = compile_into(plan, scheduler.config().workers, sink, memory)?;
+    let count = pipelines.len();
+    let task_sets: Vec<Arc<dyn TaskSetWork>> = pipelines
+        .into_iter()
+        .map(|p| Arc::new(p) as Arc<dyn TaskSetWork>)
+        .collect();
+    Ok((scheduler.submit_with(task_sets, facts), count))
+}
+
+/// The statistics with the query's memory peak and spilled bytes.
+fn with_memory(mut stats: QueryStats, memory: &QueryMemory) -> QueryStats {
+    stats.memory_peak = memory.peak();
+    stats.spilled_bytes = memory.spilled_bytes() as usize;
+    stats
+}
+
+/// The query's spill files go, whether it succeeded or not (a task set the
+/// scheduler still holds cannot make new ones).
+fn close_spill(memory: &QueryMemory) {
+    if let Some(spill) = memory.spill() {
+        spill.close();
+    }
+}
+
+/// Whether a plan's result has an order to keep: ORDER BY, or LIMIT/OFFSET
+/// (whose rows are the first ones of their input's order) at its top,
+/// under the projections and filters that keep order.
+pub fn result_order(plan: &PhysicalPlan) -> StreamOrder {
+    let mut node = plan;
+    loop {
+        match node {
+            PhysicalPlan::Projection { input, .. } | PhysicalPlan::Filter { input, .. } => {
+                node = input
+            }
+            PhysicalPlan::Sort { .. } | PhysicalPlan::Limit { .. } => return StreamOrder::Sequence,
+            _ => return StreamOrder::Arrival,
+        }
+    }
 }
 
 /// Surfaces the executor's own error when a task failed with one.

@@ -26,7 +26,10 @@
 //!   aggregate, sort, limit, window;
 //! * [`pipeline`] — pipelines as task sets, and the plan → pipelines compiler;
 //! * [`step`] — split finalizations: a breaker's merge as task sets of parts;
-//! * [`executor`] — running a plan on a scheduler and collecting its result.
+//! * [`stream`] — a result streamed to its consumer while the query runs:
+//!   a bounded, charged queue that parks surplus on disk;
+//! * [`executor`] — running a plan on a scheduler and collecting or
+//!   streaming its result.
 
 pub mod buffer;
 pub mod error;
@@ -42,13 +45,17 @@ pub mod seq;
 pub mod source;
 pub mod spill;
 pub mod step;
+pub mod stream;
 
 pub use error::{ErrorKind, ExecError, Result};
-pub use executor::{execute, execute_with, ExecOutput};
+pub use executor::{
+    execute, execute_streaming, execute_with, result_order, Consumer, ExecOutput, StreamOutput,
+};
 pub use memory::{MemoryPool, QueryMemory};
 pub use plan::PhysicalPlan;
 pub use seq::MorselSeq;
 pub use spill::{QuerySpill, SpillArea};
+pub use stream::{StreamConfig, StreamOrder, StreamedBatch};
 pub use stride_sched::{Canceller, QueryStats};
 
 use std::sync::Arc;

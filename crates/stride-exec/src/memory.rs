@@ -256,6 +256,16 @@ impl QueryMemory {
         })
     }
 
+    /// A guard over `bytes` already charged (by [`QueryMemory::grow`]):
+    /// handing held memory to whoever keeps it from now on, returned when
+    /// the guard drops.
+    pub fn adopt(self: &Arc<Self>, bytes: usize) -> Charge {
+        Charge {
+            memory: self.clone(),
+            bytes,
+        }
+    }
+
     fn refused(&self, scope: MemoryScope, requested: usize, used: usize, what: &str) -> ExecError {
         self.pool.refusals.fetch_add(1, Ordering::Relaxed);
         ExecError::MemoryExhausted {

@@ -168,6 +168,13 @@ impl Pipeline {
                 Taken::NodeDry(affinity) => return Ok(TaskOutcome::NodeDry(affinity)),
             };
             let rows = morsel.rows();
+            // Each slice is consecutive rows from its sequence number on (a
+            // placed source's morsel may join slices of distant extents).
+            let covered: Vec<(MorselSeq, usize)> = morsel
+                .slices
+                .iter()
+                .map(|(seq, batch)| (*seq, batch.num_rows()))
+                .collect();
             let stop = || ctx.stop_requested();
             for (seq, batch) in morsel.slices {
                 self.push(0, seq, &Cell::new(0), batch, ctx.worker(), &stop)?;
@@ -175,6 +182,9 @@ impl Pipeline {
             if ctx.stop_requested() {
                 // Cancelled mid-morsel: the rest of it goes with the query.
                 return Ok(TaskOutcome::Yielded);
+            }
+            for (seq, n) in covered {
+                self.sink.morsel_done(seq, n);
             }
             ctx.morsel_done(rows);
         }
@@ -436,6 +446,18 @@ pub fn compile(
     result: Arc<Buffer>,
     memory: &Arc<QueryMemory>,
 ) -> Result<Vec<Pipeline>> {
+    let sink = Arc::new(MaterializeSink::new(result, 0, "result"));
+    compile_into(plan, workers, sink, memory)
+}
+
+/// As [`compile`], the last pipeline ending in `result` (a streamed
+/// result's sink, `crate::stream`).
+pub fn compile_into(
+    plan: &PhysicalPlan,
+    workers: usize,
+    result: Arc<dyn Sink>,
+    memory: &Arc<QueryMemory>,
+) -> Result<Vec<Pipeline>> {
     let mut c = Compiler {
         workers: workers.max(1),
         order: ScanOrder::Any,
@@ -443,7 +465,7 @@ pub fn compile(
         memory: memory.clone(),
     };
     let open = c.compile(plan)?;
-    c.close(open, Arc::new(MaterializeSink::new(result, 0, "result")));
+    c.close(open, result);
     if c.pipelines.is_empty() {
         return Err(ExecError::Internal("plan compiled to no pipeline".into()));
     }

@@ -41,6 +41,9 @@ use crate::types::{self, ColumnEncoder};
 use crate::{scram, Auth, Shared};
 
 mod copy;
+mod stream;
+
+use stream::{Event, Streaming};
 
 /// Output is written to the socket whenever this much is buffered.
 const FLUSH_BYTES: usize = 256 << 10;
@@ -556,6 +559,17 @@ impl Connection {
         &mut self,
         f: impl FnOnce(&mut Session) -> R + Send + 'static,
     ) -> Result<R, Close> {
+        self.on_session(f, None).await
+    }
+
+    /// As [`Connection::with_session`], answering the events the statement
+    /// streams meanwhile (`connection::stream`); those still in the channel
+    /// when it returns are the caller's to drain.
+    async fn on_session<R: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut Session) -> R + Send + 'static,
+        mut streaming: Option<&mut Streaming>,
+    ) -> Result<R, Close> {
         let mut session = self.session.take().ok_or(Close::Fatal)?;
         // statement_timeout (milliseconds; 0 = none) counts from now: time
         // spent waiting for a blocking thread counts against it.
@@ -580,8 +594,19 @@ impl Connection {
         });
         // Bytes already buffered mean the client is pipelining: it is there.
         let mut watch = self.stream.buffer().is_empty();
+        let mut receiving = streaming.is_some();
         loop {
             tokio::select! {
+                event = next_event(&mut streaming), if receiving => {
+                    match (event, streaming.as_deref_mut()) {
+                        // Boxed: an event's answer may run a statement
+                        // (a copy) through this function again.
+                        (Some(event), Some(streaming)) => {
+                            Box::pin(self.on_event(streaming, event)).await?
+                        }
+                        _ => receiving = false,
+                    }
+                }
                 joined = &mut task => {
                     return match joined {
                         Ok((session, r)) => {
@@ -637,38 +662,55 @@ impl Connection {
     }
 
     async fn simple_query(&mut self, sql: String) -> Result<(), Close> {
-        let results = self
-            .with_session(move |s| s.execute_statements(&sql))
+        let (streamer, mut streaming) = Streaming::new(None);
+        let statements = self
+            .on_session(
+                move |s| {
+                    let mut statements = 0;
+                    let sender = streamer.clone();
+                    s.execute_statements_streaming(&sql, streamer, &mut |result| {
+                        statements += 1;
+                        // A client gone is noticed by the connection.
+                        let _ = sender.send(Event::Statement(Box::new(result)));
+                    });
+                    statements
+                },
+                Some(&mut streaming),
+            )
             .await?;
-        if results.is_empty() {
+        self.drain(&mut streaming).await?;
+        if statements == 0 {
             self.out.empty_query();
         }
-        for result in results {
-            let result = result.and_then(|output| self.deallocate(output));
-            match result {
-                Ok(StatementOutput::CopyIn(copy)) => self.copy_in(copy).await?,
-                Ok(StatementOutput::CopyOut(copy)) => self.copy_out(copy).await?,
-                Ok(output) => {
-                    let mut rows = match rows_of(output) {
-                        Ok(rows) => rows,
-                        Err(e) => {
-                            self.sql_error(&e);
-                            continue;
-                        }
-                    };
-                    if let Some(schema) = &rows.schema {
-                        let description = describe_schema(schema, &[]);
-                        self.out.row_description(&description);
+        Ok(())
+    }
+
+    /// Replies to one statement of a simple query: its rows (unless they
+    /// were streamed) and command tag, the copy sub-protocol, or its error.
+    async fn answer(&mut self, result: Result<StatementOutput, SqlError>) -> Result<(), Close> {
+        match result.and_then(|output| self.deallocate(output)) {
+            Ok(StatementOutput::CopyIn(copy)) => self.copy_in(copy).await?,
+            Ok(StatementOutput::CopyOut(copy)) => self.copy_out(copy).await?,
+            Ok(output) => {
+                let mut rows = match rows_of(output) {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        self.sql_error(&e);
+                        return Ok(());
                     }
-                    self.send_rows(&mut rows, &[], 0).await?;
-                    if rows.tag.is_empty() {
-                        self.out.empty_query();
-                    } else {
-                        self.out.command_complete(&rows.tag);
-                    }
+                };
+                if let Some(schema) = &rows.schema {
+                    let description = describe_schema(schema, &[]);
+                    self.out.row_description(&description);
                 }
-                Err(e) => self.sql_error(&e),
+                self.send_rows(&mut rows, &[], 0).await?;
+                if rows.tag.is_empty() {
+                    self.out.empty_query();
+                } else {
+                    self.out.command_complete(&rows.tag);
+                }
             }
+            Err(e) => self.sql_error(&e),
         }
         Ok(())
     }
@@ -827,9 +869,27 @@ impl Connection {
         if portal.result.is_none() {
             let prepared = portal.statement.prepared.clone();
             let params = portal.params.clone();
-            let outcome = self
-                .with_session(move |s| s.execute_prepared(&prepared, params))
-                .await?;
+            // Without a row limit the rows stream as the query makes them;
+            // with one the result is kept for the portal's next Execute.
+            let outcome = if max_rows <= 0 {
+                let (streamer, mut streaming) = Streaming::new(Some(portal.result_formats.clone()));
+                let outcome = self
+                    .on_session(
+                        move |s| s.execute_prepared_streaming(&prepared, params, streamer),
+                        Some(&mut streaming),
+                    )
+                    .await?;
+                self.drain(&mut streaming).await?;
+                if streaming.failed {
+                    // A row could not be encoded; its error was the reply.
+                    self.skip_until_sync = true;
+                    return Ok(());
+                }
+                outcome
+            } else {
+                self.with_session(move |s| s.execute_prepared(&prepared, params))
+                    .await?
+            };
             match outcome
                 .and_then(|output| self.deallocate(output))
                 .and_then(rows_of)
@@ -957,6 +1017,14 @@ fn encode_rows(
     Ok(row - start)
 }
 
+/// The next event of a stream, where there is one (a select branch).
+async fn next_event(streaming: &mut Option<&mut Streaming>) -> Option<Event> {
+    match streaming {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Waits until the client closes its end (`true`) or sends something
 /// (`false`: it is still there; the bytes stay unread).
 async fn client_gone(stream: &Stream) -> bool {
@@ -1003,7 +1071,9 @@ fn rows_of(output: StatementOutput) -> Result<Rows, SqlError> {
         StatementOutput::Query(q) => {
             let n = q.num_rows();
             Rows {
-                schema: Some(q.schema),
+                // A streamed result's rows (and, in a simple query, its
+                // description) were sent while it ran.
+                schema: q.streamed.is_none().then_some(q.schema),
                 batches: q.batches,
                 sent: 0,
                 tag: format!("SELECT {n}"),

@@ -65,7 +65,7 @@ pub mod window_functions;
 pub use copy::{CopyFormat, CopyOptions};
 pub use engine::{
     CopyIn, CopyOut, Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput,
-    ScanDefaults, Session, SpillConfig, StatementOutput,
+    ResultReceiver, ScanDefaults, Session, SpillConfig, StatementOutput,
 };
 pub use error::{PlanKind, SettingKind, SqlError, UndefinedKind};
 pub use interrupt::Interrupt;

@@ -1,7 +1,8 @@
 //! Memory governance over the wire: sorts, aggregates, hash joins' build
 //! sides and join outputs larger than a query's share spill to disk and
-//! give the answer they give without a limit; what cannot spill (the
-//! result itself, one partition larger than the share) fails alone with
+//! give the answer they give without a limit (the result streams to the
+//! client, tests/streaming.rs); what cannot spill (one partition larger
+//! than the share) fails alone with
 //! 53200 and hands back what it held, while other clients' queries go on;
 //! the limits are settings and a view.
 //!
@@ -12,50 +13,17 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use stride_server::ServerConfig;
 use tokio_postgres::Client;
 
 const SERVER_LIMIT: usize = 256 << 20;
 const QUERY_LIMIT: usize = 32 << 20;
 
-struct Fixture {
-    addr: SocketAddr,
-    engine: Arc<stride_sql::Engine>,
-}
-
-fn server() -> &'static Fixture {
-    static SERVER: OnceLock<Fixture> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
-            scheduler: stride_sched::SchedulerConfig {
-                workers: 2,
-                pin_workers: false,
-                ..Default::default()
-            },
-            memory: stride_sql::MemoryConfig {
-                limit: SERVER_LIMIT,
-                query_limit: QUERY_LIMIT,
-            },
-            spill: stride_sql::SpillConfig {
-                temp_dir: Some(temp_parent()),
-                file_limit: None,
-                force: false,
-            },
-            ..Default::default()
-        });
-        engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
-        engine.set_default_schema("sf0_01").unwrap();
-        let config = ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Default::default()
-        };
-        let addr = common::client::serve(engine.clone(), config, 2);
-        Fixture { addr, engine }
-    })
+fn server() -> &'static TestServer {
+    static SERVER: OnceLock<TestServer> = OnceLock::new();
+    SERVER.get_or_init(|| common::client::tpch_server(SERVER_LIMIT, QUERY_LIMIT, temp_parent()))
 }
 
 /// The directory the test server makes its spill area in.
@@ -95,7 +63,7 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-use common::client::runtime;
+use common::client::{runtime, TestServer};
 
 async fn connect() -> Client {
     common::client::connect(server().addr, "stride").await
@@ -339,14 +307,25 @@ fn what_cannot_spill_fails_with_53200_and_runs_again_within_its_share() {
                     join lineitem b on a.l_comment = b.l_comment";
         let message = fails_with(&client, join, "53200").await;
         assert!(message.contains("grace hash join partition"), "{message}");
-        // The result is handed over in memory.
-        let message = fails_with(&client, "select l_comment from lineitem", "53200").await;
-        assert!(message.contains("query result"), "{message}");
-        // A spilled aggregate merges a partition at a time; here not even
-        // one fits.
+        // The result streams to the client (tests/streaming.rs): far past
+        // the share, it arrives whole.
+        let streamed = client
+            .query("select l_comment from lineitem", &[])
+            .await
+            .unwrap()
+            .len();
+        assert_eq!(
+            streamed as i64,
+            count(&client, "select count(*) from lineitem").await
+        );
+        // A spilled aggregate merges a partition at a time, and its groups
+        // stream out: even at this share it finishes.
         let aggregate = "select l_orderkey, l_linenumber, count(*) from lineitem group by 1, 2";
-        let message = fails_with(&client, aggregate, "53200").await;
-        assert!(message.contains("aggregate"), "{message}");
+        let groups = client.query(aggregate, &[]).await.unwrap().len();
+        assert_eq!(
+            groups as i64,
+            count(&client, "select count(*) from lineitem").await
+        );
         // Without GROUP BY there is one group to hold.
         let distinct = "select length(string_agg(l_comment, ',')) from lineitem";
         let message = fails_with(&client, distinct, "53200").await;
@@ -427,15 +406,15 @@ fn the_limits_are_settings_and_a_view() {
         assert_eq!(row.get::<_, i64>(1), QUERY_LIMIT as i64);
         let refusals_before: i64 = row.get(2);
         // Lowering the server's limit below one query's need fails that
-        // query with the server's limit named (the sort spills, its
-        // 60 175-row result does not fit).
+        // query with the server's limit named (one aggregate group holding
+        // every comment cannot spill).
         client
             .batch_execute("set stride.memory_limit = '1MB'")
             .await
             .unwrap();
         let message = fails_with(
             &client,
-            "select l_comment from lineitem order by l_comment",
+            "select length(string_agg(l_comment, ',')) from lineitem",
             "53200",
         )
         .await;

@@ -106,6 +106,13 @@ pub trait Sink: Send + Sync + fmt::Debug {
         let _ = cx;
         Ok(Steps::new())
     }
+    /// Every batch of the morsel whose first slice is at `first` and that
+    /// held `rows` source rows has been consumed (a sink that releases
+    /// output in order while the pipeline runs tracks finished morsels,
+    /// `crate::stream`).
+    fn morsel_done(&self, first: MorselSeq, rows: usize) {
+        let _ = (first, rows);
+    }
     /// Whether the sink needs no more input (a satisfied LIMIT).
     fn is_full(&self) -> bool {
         false

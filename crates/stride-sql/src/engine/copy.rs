@@ -187,7 +187,9 @@ impl Session {
         };
         let mut prepared = self.prepare_statement(stmt)?;
         prepared.sql = sql.trim().trim_end_matches(';').trim_end().to_string();
-        match self.run_prepared(&prepared, Vec::new())? {
+        // Its rows become CopyData, not a streamed result.
+        let output = self.collecting(|s| s.run_prepared(&prepared, Vec::new()))?;
+        match output {
             StatementOutput::Query(q) => Ok(q),
             _ => Err(SqlError::Unsupported(
                 "COPY (statement) TO of a statement that is not a query".into(),

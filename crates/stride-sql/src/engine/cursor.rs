@@ -196,6 +196,7 @@ impl Session {
         Ok(StatementOutput::Query(QueryOutput {
             schema: cursor.schema.clone(),
             batches: vec![batch],
+            streamed: None,
             stats: QueryStats::default(),
             planning: Duration::ZERO,
             execution: Duration::ZERO,

@@ -19,6 +19,8 @@
 //!   with parameter values, rebound to current table snapshots;
 //! * `query` — running queries and their scalar subqueries, summing their
 //!   scheduler accounting; `EXPLAIN` and planning without running;
+//! * `stream` — requests whose query results stream to a receiver (the
+//!   server's connection) while the query runs;
 //! * `ddl` — `CREATE`/`DROP SCHEMA`, `CREATE`/`DROP TABLE`,
 //!   `CREATE EXTERNAL TABLE`, `INSERT`;
 //! * `set` — `SET`, `SHOW`;
@@ -63,11 +65,13 @@ mod place;
 mod prepared;
 mod query;
 mod set;
+mod stream;
 mod txn;
 
 pub use catalog_views::PgContext;
 pub use copy::{CopyIn, CopyOut};
 pub use prepared::Prepared;
+pub use stream::ResultReceiver;
 use txn::TransactionState;
 
 /// Engine settings.
@@ -258,7 +262,11 @@ impl std::fmt::Debug for Engine {
 #[derive(Debug)]
 pub struct QueryOutput {
     pub schema: SchemaRef,
+    /// The rows, unless they were streamed.
     pub batches: Vec<RecordBatch>,
+    /// `Some(n)`: the result's `n` rows went to the session's
+    /// [`ResultReceiver`] while the query ran, and `batches` is empty.
+    pub streamed: Option<usize>,
     pub stats: QueryStats,
     /// Planning time: parse and bind (when the statement came as SQL text
     /// to [`Session::execute`]; a prepared statement was bound earlier),
@@ -270,7 +278,8 @@ pub struct QueryOutput {
 
 impl QueryOutput {
     pub fn num_rows(&self) -> usize {
-        self.batches.iter().map(|b| b.num_rows()).sum()
+        self.streamed
+            .unwrap_or_else(|| self.batches.iter().map(|b| b.num_rows()).sum())
     }
 }
 
@@ -569,6 +578,7 @@ impl Engine {
             interrupt: Arc::new(Interrupt::default()),
             cursors: Default::default(),
             statement_stats: RefCell::new(None),
+            receiver: None,
         }
     }
 
@@ -635,6 +645,9 @@ pub struct Session {
     /// Scheduler accounting summed over the queries of the running statement
     /// (a statement may run scalar subqueries first).
     statement_stats: RefCell<Option<QueryStats>>,
+    /// Where the running request's query results stream to (set for one
+    /// request by `execute_statements_streaming` / `execute_prepared_streaming`).
+    receiver: Option<Arc<dyn ResultReceiver>>,
 }
 
 fn external(e: SqlError) -> DataFusionError {
@@ -683,8 +696,20 @@ impl Session {
     /// after the first failing statement no further one runs (its error is
     /// the last element).
     pub fn execute_statements(&mut self, sql: &str) -> Vec<Result<StatementOutput>> {
+        let mut out = Vec::new();
+        self.execute_each(sql, &mut |result| out.push(result));
+        out
+    }
+
+    /// As [`Session::execute_statements`], handing each statement's result
+    /// to `each` as soon as the statement ended.
+    pub(super) fn execute_each(
+        &mut self,
+        sql: &str,
+        each: &mut dyn FnMut(Result<StatementOutput>),
+    ) {
         self.begin_request();
-        crate::limits::on_statement_stack(|| self.run_statements(sql))
+        crate::limits::on_statement_stack(|| self.run_statements(sql, each))
     }
 
     /// The statement timeout of this session, if one is set.
@@ -700,7 +725,7 @@ impl Session {
         self.interrupt.begin(self.statement_timeout());
     }
 
-    fn run_statements(&mut self, sql: &str) -> Vec<Result<StatementOutput>> {
+    fn run_statements(&mut self, sql: &str, each: &mut dyn FnMut(Result<StatementOutput>)) {
         let parse_start = Instant::now();
         if prepared::is_checkpoint(sql) {
             let result = self
@@ -709,7 +734,7 @@ impl Session {
             if result.is_err() {
                 self.statement_failed();
             }
-            return vec![result];
+            return each(result);
         }
         if crate::copy::is_copy(sql) {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.copy(sql)))
@@ -717,13 +742,13 @@ impl Session {
             if result.is_err() {
                 self.statement_failed();
             }
-            return vec![result];
+            return each(result);
         }
         let statements = match crate::limits::parse(sql) {
             Ok(s) => s,
             Err(e) => {
                 self.statement_failed();
-                return vec![Err(e)];
+                return each(Err(e));
             }
         };
         // Parsing the request counts as planning of its first query; binding
@@ -734,7 +759,6 @@ impl Session {
         // of a longer request each as their own text.
         let verbatim = (statements.len() == 1)
             .then(|| sql.trim().trim_end_matches(';').trim_end().to_string());
-        let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
             let result = reject_unsupported_syntax(&stmt).and_then(|()| {
                 // Planning runs on the session's thread; a panic in a planner
@@ -759,12 +783,11 @@ impl Session {
             if failed {
                 self.statement_failed();
             }
-            out.push(result);
+            each(result);
             if failed {
                 break;
             }
         }
-        out
     }
 
     /// Runs exactly one query and returns its rows.
@@ -984,7 +1007,9 @@ impl Session {
         denied.map_or(Ok(()), Err)
     }
 
-    fn dispatch(&mut self, plan: LogicalPlan, sql: &str) -> Result<StatementOutput> {
+    /// Runs a bound statement; a query's result streams to the request's
+    /// receiver where `stream` (a statement's own result: not a cursor's).
+    fn dispatch(&mut self, plan: LogicalPlan, sql: &str, stream: bool) -> Result<StatementOutput> {
         let start = Instant::now();
         match plan {
             LogicalPlan::Ddl(ddl) => {
@@ -1012,7 +1037,8 @@ impl Session {
                 let optimized = s.optimize(query)?;
                 s.interrupt.check()?;
                 let planning = start.elapsed();
-                let mut out = s.run_query(&optimized)?;
+                let receiver = if stream { s.receiver.clone() } else { None };
+                let mut out = s.run_query_to(&optimized, receiver.as_deref())?;
                 out.planning += planning;
                 Ok(StatementOutput::Query(out))
             }),

@@ -351,7 +351,7 @@ impl Session {
                     (CursorStatement::Declare { name, hold }, Some(plan)) => {
                         self.check_declare(*hold)?;
                         let plan = self.bind_for_execution(plan, params)?;
-                        let output = match self.dispatch(plan, &prepared.sql)? {
+                        let output = match self.dispatch(plan, &prepared.sql, false)? {
                             StatementOutput::Query(q) => q,
                             _ => {
                                 return Err(SqlError::plan(
@@ -413,7 +413,7 @@ impl Session {
                 // A block reads the catalog as of its first statement.
                 self.take_snapshot();
                 let plan = self.bind_for_execution(plan, params)?;
-                self.dispatch(plan, &prepared.sql)
+                self.dispatch(plan, &prepared.sql, true)
             }
         }
     }

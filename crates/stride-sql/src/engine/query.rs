@@ -11,7 +11,7 @@ use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_common::ScalarValue;
 use datafusion_expr::{Expr, LogicalPlan};
 
-use super::{external, QueryOutput, Session};
+use super::{external, QueryOutput, ResultReceiver, Session};
 use crate::error::{PlanKind, Result, SqlError};
 use crate::lower::Lowerer;
 
@@ -40,6 +40,17 @@ impl Session {
 
     /// Runs an optimized query plan: scalar subqueries first, then the plan.
     pub fn run_query(&self, plan: &LogicalPlan) -> Result<QueryOutput> {
+        self.run_query_to(plan, None)
+    }
+
+    /// As [`Session::run_query`]; with a receiver, the result is streamed
+    /// to it while the query runs (`crate::engine::stream`) and the output
+    /// holds no batches, only how many rows were streamed.
+    pub(super) fn run_query_to(
+        &self,
+        plan: &LogicalPlan,
+        receiver: Option<&dyn ResultReceiver>,
+    ) -> Result<QueryOutput> {
         let start = Instant::now();
         let plan = self.substitute_subqueries(plan.clone())?;
         self.interrupt.check()?;
@@ -60,15 +71,62 @@ impl Session {
             self.query_memory_limit(),
             Some(self.engine.spill_area().query()),
         );
-        let output = stride_exec::execute_with(
-            &physical,
+        let scheduler = &self.engine.scheduler;
+        let on_running = &mut |canceller| interrupt.publish(canceller);
+        let (schema, batches, streamed, stats) = match receiver {
+            None => {
+                let out = stride_exec::execute_with(
+                    &physical, schema, scheduler, facts, &memory, on_running,
+                )
+                .map_err(|e| self.exec_error(e))?;
+                (out.schema, out.batches, None, out.stats)
+            }
+            Some(receiver) => {
+                receiver.columns(&schema)?;
+                let config = stride_exec::StreamConfig::new(stride_exec::result_order(&physical));
+                let mut refused = None;
+                let consumer = stride_exec::Consumer {
+                    config,
+                    on_running,
+                    deliver: &mut |batch| {
+                        // A cancel or timeout lands between batches too,
+                        // also once the query itself has finished.
+                        let sent = interrupt.check().and_then(|()| receiver.batch(batch));
+                        sent.map_err(|e| {
+                            let message = e.to_string();
+                            refused = Some(e);
+                            stride_exec::ExecError::Internal(message)
+                        })
+                    },
+                };
+                let out = stride_exec::execute_streaming(
+                    &physical, schema, scheduler, facts, &memory, consumer,
+                );
+                // The receiver's own error (the client went away) is the
+                // statement's, not the executor's.
+                let out = match (out, refused) {
+                    (Err(_), Some(e)) => return Err(e),
+                    (out, _) => out.map_err(|e| self.exec_error(e))?,
+                };
+                (out.schema, Vec::new(), Some(out.rows), out.stats)
+            }
+        };
+        let workers = self.engine.scheduler.config().workers;
+        self.engine.history.record(&history_key, &stats, workers);
+        self.add_statement_stats(&stats);
+        Ok(QueryOutput {
             schema,
-            &self.engine.scheduler,
-            facts,
-            &memory,
-            &mut |canceller| interrupt.publish(canceller),
-        )
-        .map_err(|e| match e {
+            batches,
+            streamed,
+            stats,
+            planning,
+            execution: exec_start.elapsed(),
+        })
+    }
+
+    /// The statement's error for an executor's error.
+    fn exec_error(&self, e: stride_exec::ExecError) -> SqlError {
+        match e {
             stride_exec::ExecError::Query(stride_sched::QueryError::Cancelled) => {
                 self.interrupt.stopped()
             }
@@ -76,67 +134,55 @@ impl Session {
                 SqlError::NumericOutOfRange(format!("integer out of range ({e})"))
             }
             other => SqlError::Exec(other),
-        })?;
-        let workers = self.engine.scheduler.config().workers;
-        self.engine
-            .history
-            .record(&history_key, &output.stats, workers);
-        {
-            let mut acc = self.statement_stats.borrow_mut();
-            match acc.as_mut() {
-                None => *acc = Some(output.stats.clone()),
-                Some(a) => {
-                    a.cpu_time += output.stats.cpu_time;
-                    a.finalize_time += output.stats.finalize_time;
-                    a.tasks += output.stats.tasks;
-                    a.memory_peak = a.memory_peak.max(output.stats.memory_peak);
-                    a.spilled_bytes += output.stats.spilled_bytes;
-                    a.morsels += output.stats.morsels;
-                    a.tuples += output.stats.tuples;
-                    a.task_sets += output.stats.task_sets;
-                    a.latency += output.stats.latency;
-                    a.estimated_cpu = a
-                        .estimated_cpu
-                        .zip(output.stats.estimated_cpu)
-                        .map(|(x, y)| x + y);
-                    let o = &output.stats;
-                    a.task_set_cpu.extend_from_slice(&o.task_set_cpu);
-                    a.task_set_morsels.extend_from_slice(&o.task_set_morsels);
-                    if o.morsels > 0 {
-                        // `a.morsels` already includes `o`'s: equal means
-                        // the earlier queries ran no morsel.
-                        a.morsel_tuples_min = if a.morsels == o.morsels {
-                            o.morsel_tuples_min
-                        } else {
-                            a.morsel_tuples_min.min(o.morsel_tuples_min)
-                        };
-                        a.morsel_tuples_max = a.morsel_tuples_max.max(o.morsel_tuples_max);
-                    }
-                    for &(bound, count) in &o.morsel_size_histogram {
-                        match a
-                            .morsel_size_histogram
-                            .iter_mut()
-                            .find(|(b, _)| *b == bound)
-                        {
-                            Some(slot) => slot.1 += count,
-                            None => a.morsel_size_histogram.push((bound, count)),
-                        }
-                    }
-                    a.morsel_size_histogram.sort_unstable();
-                    // The statement's own query runs last (subqueries first):
-                    // its priority is the statement's.
-                    a.priority_trace = o.priority_trace.clone();
-                    a.final_priority = o.final_priority;
+        }
+    }
+
+    /// Adds a query's scheduler accounting to its statement's.
+    fn add_statement_stats(&self, stats: &stride_exec::QueryStats) {
+        let mut acc = self.statement_stats.borrow_mut();
+        match acc.as_mut() {
+            None => *acc = Some(stats.clone()),
+            Some(a) => {
+                a.cpu_time += stats.cpu_time;
+                a.finalize_time += stats.finalize_time;
+                a.tasks += stats.tasks;
+                a.memory_peak = a.memory_peak.max(stats.memory_peak);
+                a.spilled_bytes += stats.spilled_bytes;
+                a.morsels += stats.morsels;
+                a.tuples += stats.tuples;
+                a.task_sets += stats.task_sets;
+                a.latency += stats.latency;
+                a.estimated_cpu = a.estimated_cpu.zip(stats.estimated_cpu).map(|(x, y)| x + y);
+                let o = stats;
+                a.task_set_cpu.extend_from_slice(&o.task_set_cpu);
+                a.task_set_morsels.extend_from_slice(&o.task_set_morsels);
+                if o.morsels > 0 {
+                    // `a.morsels` already includes `o`'s: equal means
+                    // the earlier queries ran no morsel.
+                    a.morsel_tuples_min = if a.morsels == o.morsels {
+                        o.morsel_tuples_min
+                    } else {
+                        a.morsel_tuples_min.min(o.morsel_tuples_min)
+                    };
+                    a.morsel_tuples_max = a.morsel_tuples_max.max(o.morsel_tuples_max);
                 }
+                for &(bound, count) in &o.morsel_size_histogram {
+                    match a
+                        .morsel_size_histogram
+                        .iter_mut()
+                        .find(|(b, _)| *b == bound)
+                    {
+                        Some(slot) => slot.1 += count,
+                        None => a.morsel_size_histogram.push((bound, count)),
+                    }
+                }
+                a.morsel_size_histogram.sort_unstable();
+                // The statement's own query runs last (subqueries first):
+                // its priority is the statement's.
+                a.priority_trace = o.priority_trace.clone();
+                a.final_priority = o.final_priority;
             }
         }
-        Ok(QueryOutput {
-            schema: output.schema,
-            batches: output.batches,
-            stats: output.stats,
-            planning,
-            execution: exec_start.elapsed(),
-        })
     }
 
     /// Replaces every uncorrelated scalar subquery by its value, and every

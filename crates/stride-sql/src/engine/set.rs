@@ -170,6 +170,7 @@ impl Session {
         Ok(StatementOutput::Query(QueryOutput {
             schema,
             batches: vec![batch],
+            streamed: None,
             stats: QueryStats::default(),
             planning: Duration::ZERO,
             execution: Duration::ZERO,

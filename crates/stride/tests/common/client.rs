@@ -88,3 +88,39 @@ pub fn run_program(mut cmd: std::process::Command, what: &str) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// A test server and its engine.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub engine: std::sync::Arc<stride_sql::Engine>,
+}
+
+/// A server of TPC-H SF 0.01 (the default schema) on two workers under the
+/// given server-wide and per-query memory limits, spilling below
+/// `temp_dir`.
+pub fn tpch_server(limit: usize, query_limit: usize, temp_dir: std::path::PathBuf) -> TestServer {
+    let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
+        scheduler: stride_sched::SchedulerConfig {
+            workers: 2,
+            pin_workers: false,
+            ..Default::default()
+        },
+        memory: stride_sql::MemoryConfig { limit, query_limit },
+        spill: stride_sql::SpillConfig {
+            temp_dir: Some(temp_dir),
+            file_limit: None,
+            force: false,
+        },
+        ..Default::default()
+    });
+    engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
+    engine.set_default_schema("sf0_01").unwrap();
+    let config = stride_server::ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    };
+    TestServer {
+        addr: serve(engine.clone(), config, 2),
+        engine,
+    }
+}
