@@ -165,3 +165,48 @@ fn alter_table_places_a_tables_rows_on_its_nodes_and_scans_follow() {
     assert!(rows(&mut s, "select * from stride.placement").is_empty());
     assert_eq!(rows(&mut s, QUERY), expected);
 }
+
+#[test]
+fn only_the_owner_places_a_table_and_a_rollback_forgets_the_placement() {
+    let engine = engine();
+    let mut admin = engine.session();
+    admin
+        .execute("create table owned as select * from nation; create role visitor login")
+        .unwrap();
+    admin
+        .execute("grant usage on schema sf0_01 to visitor; grant select on owned to visitor")
+        .unwrap();
+    let mut visitor = engine.session_for("visitor");
+    visitor.execute("set search_path = sf0_01").unwrap();
+    let err = visitor
+        .execute("alter table owned set (placement = 'pp')")
+        .unwrap_err();
+    assert!(err.to_string().contains("must be owner"), "{err}");
+    // In a block: the placement is part of the transaction.
+    admin.execute("begin").unwrap();
+    admin
+        .execute("alter table owned set (placement = 'pax')")
+        .unwrap();
+    assert_eq!(
+        rows(
+            &mut admin,
+            "select count(*) from stride.placement where \"table\" = 'owned'"
+        ),
+        [["4"]],
+        "the block sees its own placement, one row per column"
+    );
+    admin.execute("rollback").unwrap();
+    assert!(rows(
+        &mut admin,
+        "select * from stride.placement where \"table\" = 'owned'"
+    )
+    .is_empty());
+    let err = admin
+        .execute("alter table owned set (placement = 'pp', fillfactor = 70)")
+        .unwrap_err();
+    assert!(err.to_string().contains("one placement"), "{err}");
+    let err = admin
+        .execute("alter table no_such_table set (placement = 'pp')")
+        .unwrap_err();
+    assert!(err.to_string().contains("no_such_table"), "{err}");
+}
