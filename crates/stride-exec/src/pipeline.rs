@@ -168,13 +168,18 @@ impl Pipeline {
                 Taken::NodeDry(affinity) => return Ok(TaskOutcome::NodeDry(affinity)),
             };
             let rows = morsel.rows();
-            // Each slice is consecutive rows from its sequence number on (a
-            // placed source's morsel may join slices of distant extents).
-            let covered: Vec<(MorselSeq, usize)> = morsel
-                .slices
-                .iter()
-                .map(|(seq, batch)| (*seq, batch.num_rows()))
-                .collect();
+            // The runs of consecutive rows the morsel covers: one for a
+            // block source's morsel, more where a placed source joined
+            // distant extents (each slice starts at its sequence number).
+            let mut covered: Vec<(MorselSeq, usize)> = Vec::with_capacity(1);
+            for (seq, batch) in &morsel.slices {
+                match covered.last_mut() {
+                    Some((first, n)) if first.position() + *n as u64 == seq.position() => {
+                        *n += batch.num_rows();
+                    }
+                    _ => covered.push((*seq, batch.num_rows())),
+                }
+            }
             let stop = || ctx.stop_requested();
             for (seq, batch) in morsel.slices {
                 self.push(0, seq, &Cell::new(0), batch, ctx.worker(), &stop)?;

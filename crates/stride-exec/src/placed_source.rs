@@ -236,10 +236,17 @@ impl PlacedSource {
         }
     }
 
-    /// Cuts the lane range `[start, end)` of `lane` into slices.
-    fn morsel(&self, layout: &Layout, lane: &Lane, (start, end): (usize, usize)) -> Morsel {
+    /// Cuts the lane range `[start, end)` of `lane` into slices; also the
+    /// node of its first extent.
+    fn morsel(
+        &self,
+        layout: &Layout,
+        lane: &Lane,
+        (start, end): (usize, usize),
+    ) -> (Morsel, Option<usize>) {
         let mut morsel = Morsel::default();
         let mut i = lane.starts.partition_point(|&s| s <= start) - 1;
+        let node = layout.extents[lane.extents[i]].node;
         let mut at = start;
         while at < end {
             let e = &layout.extents[lane.extents[i]];
@@ -252,17 +259,30 @@ impl PlacedSource {
             at += take;
             i += 1;
         }
-        self.bytes.fetch_add(
-            ((end - start) as f64 * layout.row_bytes) as u64,
-            Ordering::Relaxed,
-        );
-        morsel
+        // Only an Auto scan still measuring reads this: no shared write
+        // per morsel otherwise.
+        if self.config.affinity == Affinity::Auto
+            && self.decided.load(Ordering::Relaxed) == UNDECIDED
+        {
+            self.bytes.fetch_add(
+                ((end - start) as f64 * layout.row_bytes) as u64,
+                Ordering::Relaxed,
+            );
+        }
+        (morsel, node)
     }
 
-    /// The node of the lane range's first extent.
-    fn node_at(layout: &Layout, lane: &Lane, start: usize) -> Option<usize> {
-        let i = lane.starts.partition_point(|&s| s <= start) - 1;
-        layout.extents[lane.extents[i]].node
+    /// The lane range `range` of `lane` as a morsel taken from `place`.
+    fn taken(
+        &self,
+        layout: &Layout,
+        lane: &Lane,
+        range: (usize, usize),
+        place: MorselPlace,
+        ctx: &mut TaskContext<'_>,
+    ) -> Taken {
+        ctx.morsel_place(place);
+        Taken::Morsel(self.morsel(layout, lane, range).0)
     }
 }
 
@@ -273,7 +293,7 @@ impl Source for PlacedSource {
         Ok(layout
             .flat
             .claim(rows)
-            .map(|range| self.morsel(layout, &layout.flat, range)))
+            .map(|range| self.morsel(layout, &layout.flat, range).0))
     }
 
     fn take(&self, rows: usize, ctx: &mut TaskContext<'_>) -> Result<Taken> {
@@ -283,24 +303,24 @@ impl Source for PlacedSource {
             let Some(range) = layout.flat.claim(rows) else {
                 return Ok(Taken::Dry);
             };
-            let place = match Self::node_at(layout, &layout.flat, range.0) {
-                Some(n) if n == own => MorselPlace::Local,
-                _ => MorselPlace::Remote,
-            };
-            ctx.morsel_place(place);
-            return Ok(Taken::Morsel(self.morsel(layout, &layout.flat, range)));
+            let (morsel, node) = self.morsel(layout, &layout.flat, range);
+            ctx.morsel_place(if node == Some(own) {
+                MorselPlace::Local
+            } else {
+                MorselPlace::Remote
+            });
+            return Ok(Taken::Morsel(morsel));
         };
         let nodes = &self.config.nodes;
         let mine = nodes.iter().position(|&n| n == own);
         if let Some(lane) = mine.map(|i| &layout.lanes[i]) {
             if let Some(range) = lane.claim(rows) {
-                ctx.morsel_place(MorselPlace::Local);
-                return Ok(Taken::Morsel(self.morsel(layout, lane, range)));
+                return Ok(self.taken(layout, lane, range, MorselPlace::Local, ctx));
             }
         }
         if let Some(range) = layout.spread.claim(rows) {
-            ctx.morsel_place(MorselPlace::Remote);
-            return Ok(Taken::Morsel(self.morsel(layout, &layout.spread, range)));
+            let place = MorselPlace::Remote;
+            return Ok(self.taken(layout, &layout.spread, range, place, ctx));
         }
         loop {
             let may = |i: usize| ctx.stealing() || !ctx.node_has_workers(nodes[i]);
@@ -312,12 +332,12 @@ impl Source for PlacedSource {
                 Some(i) if may(i) => {
                     let lane = &layout.lanes[i];
                     if let Some(range) = lane.claim(rows) {
-                        ctx.morsel_place(if ctx.stealing() {
+                        let place = if ctx.stealing() {
                             MorselPlace::Stolen
                         } else {
                             MorselPlace::Remote
-                        });
-                        return Ok(Taken::Morsel(self.morsel(layout, lane, range)));
+                        };
+                        return Ok(self.taken(layout, lane, range, place, ctx));
                     }
                 }
                 Some(_) => return Ok(Taken::NodeDry(affinity)),

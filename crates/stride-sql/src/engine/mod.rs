@@ -527,7 +527,6 @@ impl Engine {
             )
             .map(Some),
             "storage" => crate::storage_view::storage_table(self.data_dir()).map(Some),
-            "placement" => crate::numa_view::placement_table(&self.catalog).map(Some),
             "storage_tables" => {
                 crate::storage_view::storage_tables_table(&self.catalog, self.data_dir().is_some())
                     .map(Some)
