@@ -159,9 +159,18 @@ impl Pipeline {
             if self.sink.is_full() {
                 return Ok(TaskOutcome::Exhausted);
             }
+            // Between morsels, every row of the last one went through: the
+            // sink's consumer may make the task set wait (backpressure).
+            if self.sink.pause(&|| ctx.resumer()) {
+                return Ok(TaskOutcome::Paused);
+            }
             let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
                 return Ok(TaskOutcome::Yielded);
             };
+            let rows = self
+                .sink
+                .morsel_rows_cap()
+                .map_or(rows, |cap| rows.min(cap));
             let morsel = match self.source.take(rows, ctx)? {
                 Taken::Morsel(m) => m,
                 Taken::Dry => return Ok(TaskOutcome::Exhausted),

@@ -6,28 +6,42 @@
 //! submitted the query (a session's thread, never a worker) — takes batches
 //! as they become releasable, and hands them on (to a client's socket).
 //!
-//! **Workers never wait for the consumer.** The stream keeps at most
-//! [`StreamConfig::queue_bytes`] of result in memory, charged to the query's
-//! [`QueryMemory`] like every other buffer. A batch that does not fit —
-//! the queue is full because the consumer is slower than the workers, or
-//! the charge is refused — is *parked*: appended to a spill file of the
-//! query's spill directory ([`crate::spill`]) and read back by the consumer
-//! when it reaches it. So `consume` always returns at once (at worst after
-//! a disk write, as a spilling buffer's `push` does), the task goes on with
-//! its next morsel, and the scheduler's contract ([`stride_sched::TaskSetWork`]:
-//! tasks never block) holds. The choice costs disk instead of a pause: a
-//! client that reads much slower than the query produces gets the rest of
-//! the result from disk (bounded by `temp_file_limit`, 53400), whereas
-//! pausing the task set would need a scheduler state for "runnable only
-//! once the consumer drained" that the scheduler does not have. (The
-//! stream's state is one mutex; a worker that parks writes the batch while
-//! holding it, as a spilling [`crate::buffer::Buffer`] does.) A query
-//! without a spill directory (embedded use) keeps everything in the queue,
-//! charged: a refused charge fails it with 53200 as before. The backlog on
-//! disk is bounded too ([`StreamConfig::backlog_shares`]): a result that
-//! runs away from its consumer (a cross join read by a client) fails with
-//! 53200 instead of filling the disk. A parked batch read back is charged
-//! where the account has room (the consumer holds only a few at a time).
+//! **Workers never wait for the consumer; the query pauses instead.** The
+//! stream keeps at most [`StreamConfig::queue_bytes`] of result in memory,
+//! charged to the query's [`QueryMemory`] like every other buffer. Before
+//! each morsel a task asks the sink whether to go on ([`Sink::pause`]):
+//! once the backlog — batches not yet taken, in memory or on disk —
+//! reaches half the queue and the consumer can take its first batch now,
+//! the task returns [`stride_sched::TaskOutcome::Paused`] after it left the
+//! stream its [`stride_sched::Resumer`], and the scheduler runs other
+//! queries' tasks (`stride_sched::pause`). The consumer resumes the set
+//! once it drained the backlog to a quarter of the queue — or as soon as
+//! it finds nothing it may take (in [`StreamOrder::Sequence`] the rows
+//! still missing before the watermark may be exactly those the paused
+//! tasks would produce): so a query waits for a slow client without
+//! holding a worker, and never waits for rows only it can produce. The
+//! tasks running when a pause begins finish their morsels, so the stream
+//! bounds what one morsel adds: it caps morsels ([`Sink::morsel_rows_cap`])
+//! at the source rows whose output fills an eighth of the queue, measured
+//! as the query goes (bytes pushed per source row finished).
+//!
+//! A batch that arrives while the queue is full — the tasks running when
+//! the pause began finish their morsels, a morsel's output is larger than
+//! the queue, or batches wait behind the watermark — or whose charge is
+//! refused is *parked*: appended to a spill file of the query's spill
+//! directory ([`crate::spill`]) and read back by the consumer when it
+//! reaches it. So `consume` always returns at once (at worst after a disk
+//! write, as a spilling buffer's `push` does), and the scheduler's contract
+//! ([`stride_sched::TaskSetWork`]: tasks never block) holds. (The stream's
+//! state is one mutex; a worker that parks writes the batch while holding
+//! it, as a spilling [`crate::buffer::Buffer`] does.) A query without a
+//! spill directory (embedded use) keeps everything in the queue, charged:
+//! the pause bounds it, a refused charge fails it with 53200. The backlog
+//! on disk is bounded too ([`StreamConfig::backlog_shares`]): a result that
+//! runs away from its consumer without pausing (rows held behind the
+//! watermark) fails with 53200 instead of filling the disk. A parked batch
+//! read back is charged where the account has room (the consumer holds
+//! only a few at a time).
 //!
 //! **Order.** [`StreamOrder::Arrival`] hands batches out as they come (a
 //! query whose order is unspecified). [`StreamOrder::Sequence`] keeps the
@@ -51,6 +65,9 @@
 //!                     │                      │          │  segment is finished, the
 //!                     └──────────┬───────────┘          │  batch read back, charged
 //!                                └──────────────────────┘
+//!  pause (a task, per morsel): backlog ≥ queue/2 and the first entry releasable
+//!      ─► keep the task's Resumer, return Paused
+//!  the consumer took an entry: backlog ≤ queue/4, or nothing releasable ─► resume
 //!  morsel_done(seq, rows) ─► watermark advances ─► wakes the consumer
 //!  finish (last finalization) ─► everything releasable
 //!  finish, nothing left ─► Drained: the consumer waits for the query's handle
@@ -58,11 +75,12 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use stride_sched::{FinalizeContext, QueryError, QueryStats};
+use stride_sched::{FinalizeContext, QueryError, QueryStats, Resumer};
 
 use crate::error::{ExecError, Result};
 use crate::memory::{batch_bytes, Charge, QueryMemory};
@@ -190,6 +208,18 @@ struct State {
     finished: bool,
     /// The query ended: its outcome, taken by the consumer at the end.
     ended: Option<std::result::Result<QueryStats, QueryError>>,
+    /// The last pipeline is paused until the consumer drained the backlog:
+    /// the resumer of the task that paused it (see the module docs).
+    paused: Option<Resumer>,
+    /// The most bytes the backlog held (memory and disk).
+    backlog_peak: usize,
+}
+
+impl State {
+    /// Batches not yet taken, in bytes: in memory and on disk.
+    fn backlog(&self) -> usize {
+        self.held + self.parked
+    }
 }
 
 /// The queue between a streamed query's workers and its consumer (see the
@@ -204,6 +234,11 @@ pub struct ResultStream {
     order: StreamOrder,
     queue_bytes: usize,
     backlog_bytes: usize,
+    /// Bytes of result pushed so far, and source rows of the morsels that
+    /// produced them ([`Sink::morsel_done`]): their ratio sizes morsels
+    /// ([`ResultStream::morsel_rows_cap`]). Relaxed counters (a size hint).
+    pushed_bytes: AtomicU64,
+    done_rows: AtomicU64,
 }
 
 /// What the consumer takes next.
@@ -242,6 +277,8 @@ impl ResultStream {
             backlog_bytes: budget
                 .saturating_mul(config.backlog_shares)
                 .max(StreamConfig::MIN_BACKLOG_BYTES),
+            pushed_bytes: AtomicU64::new(0),
+            done_rows: AtomicU64::new(0),
         }
     }
 
@@ -257,6 +294,7 @@ impl ResultStream {
             return Ok(());
         }
         let bytes = batch_bytes(&batch);
+        self.pushed_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         let mut state = self.lock();
         let n = state.arrivals;
         state.arrivals += 1;
@@ -311,11 +349,90 @@ impl ResultStream {
         };
         let releasable = self.releasable(&state, seq);
         state.entries.insert((seq, n), entry);
+        state.backlog_peak = state.backlog_peak.max(state.backlog());
         drop(state);
         if releasable {
             self.changed.notify_one();
         }
         Ok(())
+    }
+
+    /// Whether the task about to take its next morsel should pause (see
+    /// the module docs): `resumer` gives the handle the consumer resumes the
+    /// set with; without one (no scheduler) the stream never pauses.
+    pub fn pause(&self, resumer: &dyn Fn() -> Option<Resumer>) -> bool {
+        let mut state = self.lock();
+        if state.paused.is_some() {
+            return true;
+        }
+        if state.backlog() < self.pause_bytes() || state.ended.is_some() {
+            return false;
+        }
+        if !self.head_releasable(&state) {
+            return false;
+        }
+        match resumer() {
+            Some(r) => {
+                state.paused = Some(r);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The most source rows a morsel should hold, so that one morsel's
+    /// output stays within an eighth of the queue (the tasks running when
+    /// a pause begins finish their morsels: this bounds what they add).
+    /// Estimated from the bytes pushed per source row so far; before any
+    /// morsel finished, [`Self::FIRST_MORSEL_ROWS`].
+    pub fn morsel_rows_cap(&self) -> usize {
+        let rows = self.done_rows.load(Ordering::Relaxed);
+        let bytes = self.pushed_bytes.load(Ordering::Relaxed);
+        if rows == 0 {
+            return Self::FIRST_MORSEL_ROWS;
+        }
+        let per_row = (bytes / rows).max(1);
+        ((self.queue_bytes / 8) as u64 / per_row).clamp(1, usize::MAX as u64) as usize
+    }
+
+    /// Morsel rows before the stream knows its bytes per row: one, since a
+    /// source row may produce any number of result rows (a cross join's
+    /// probe row, every row of the other side), and the tasks running when
+    /// a pause begins finish their morsels whatever they produce. A source
+    /// row whose output alone passes an eighth of the queue gets morsels
+    /// of one row; what the running tasks' last morsels add beyond the
+    /// queue parks on disk.
+    pub const FIRST_MORSEL_ROWS: usize = 1;
+
+    /// The backlog at which tasks pause: half the queue.
+    fn pause_bytes(&self) -> usize {
+        (self.queue_bytes / 2).max(1)
+    }
+
+    /// Whether the consumer may take the first entry now.
+    fn head_releasable(&self, state: &State) -> bool {
+        state
+            .entries
+            .first_key_value()
+            .is_some_and(|((seq, _), _)| self.releasable(state, *seq))
+    }
+
+    /// The resumer to call once the lock is released, if the consumer's
+    /// progress ends a pause: the backlog fell to a quarter of the queue,
+    /// or there is nothing the consumer may take now.
+    fn resume_due(&self, state: &mut State) -> Option<Resumer> {
+        state.paused.as_ref()?;
+        if state.backlog() <= self.queue_bytes / 4 || !self.head_releasable(state) {
+            state.paused.take()
+        } else {
+            None
+        }
+    }
+
+    /// The most bytes of result the stream held at once, in memory and on
+    /// disk, not yet taken by the consumer.
+    pub fn backlog_peak(&self) -> usize {
+        self.lock().backlog_peak
     }
 
     /// Whether a batch at `seq` may be handed out now.
@@ -334,6 +451,7 @@ impl ResultStream {
     /// Every row of the morsel whose first batch is at `first` and that
     /// held `rows` source rows went through the pipeline.
     pub fn morsel_done(&self, first: MorselSeq, rows: usize) {
+        self.done_rows.fetch_add(rows as u64, Ordering::Relaxed);
         if self.order != StreamOrder::Sequence || first.input() != 0 || first.pass() != 0 {
             return;
         }
@@ -374,7 +492,14 @@ impl ResultStream {
                     };
                     return Err(StreamEnd(e));
                 }
-                if let Some(next) = self.take(&mut state)? {
+                let next = self.take(&mut state)?;
+                if let Some(resumer) = self.resume_due(&mut state) {
+                    // Outside the lock: the resumed tasks take it first thing.
+                    drop(state);
+                    resumer.resume();
+                    state = self.lock();
+                }
+                if let Some(next) = next {
                     break next;
                 }
                 let now = Instant::now();
@@ -475,6 +600,7 @@ impl ResultStream {
 
     /// Drops every entry and returns what they held.
     fn clear(&self, state: &mut State) {
+        state.paused = None;
         state.entries.clear();
         state.parked = 0;
         state.segments.clear();
@@ -520,6 +646,14 @@ impl Sink for StreamSink {
 
     fn morsel_done(&self, first: MorselSeq, rows: usize) {
         self.stream.morsel_done(first, rows);
+    }
+
+    fn pause(&self, resumer: &dyn Fn() -> Option<Resumer>) -> bool {
+        self.stream.pause(resumer)
+    }
+
+    fn morsel_rows_cap(&self) -> Option<usize> {
+        Some(self.stream.morsel_rows_cap())
     }
 
     fn finish(&self, _cx: &FinalizeContext<'_>) -> Result<Steps> {

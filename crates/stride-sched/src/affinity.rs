@@ -95,6 +95,9 @@ pub(crate) enum Reach {
     Steal,
     /// Its node's part is dry and the rest is bound elsewhere: never chosen.
     Parked,
+    /// Its consumer is behind ([`crate::pause`]): never chosen until a
+    /// resume brings the slot's known entry back.
+    Paused,
 }
 
 impl Reach {
@@ -112,7 +115,7 @@ impl Reach {
         match self {
             Reach::Local => Some(0),
             Reach::Steal => Some(1),
-            Reach::Parked => None,
+            Reach::Parked | Reach::Paused => None,
         }
     }
 }

@@ -443,6 +443,9 @@ impl DecisionCore {
             s.stage = entry.stage;
             s.seq = entry.seq;
             s.stride = stride;
+        } else if self.slots[k].seq == entry.seq && self.slots[k].reach == Reach::Paused {
+            // A resume ([`crate::pause`]): the known entry is runnable again.
+            self.slots[k].reach = Reach::Local;
         } else if self.slots[k].seq != entry.seq {
             self.deactivate(k);
             let now = self.now_pass();
@@ -538,6 +541,16 @@ impl DecisionCore {
         }
     }
 
+    /// A task of slot `k` returned [`crate::TaskOutcome::Paused`]: the slot
+    /// is not chosen until a resume pushes its bit and the worker visits it
+    /// with the same entry ([`Self::visit`]), or it holds another entry.
+    pub(crate) fn paused(&mut self, k: usize) {
+        if self.is_active(k) {
+            self.slots[k].reach = Reach::Paused;
+            self.refresh(k);
+        }
+    }
+
     /// Whether a task of slot `k` runs as a thief ([`crate::TaskContext::stealing`]).
     pub(crate) fn stealing(&self, k: usize) -> bool {
         self.slots[k].reach == Reach::Steal
@@ -598,6 +611,35 @@ mod tests {
             l.learn(2, &at(&g, 1, 2, 0).view());
             assert_eq!(l.choose(), Some(2), "its next task set is local again");
             assert!(!l.stealing(2));
+        }
+    }
+
+    #[test]
+    fn a_paused_slot_is_not_chosen_until_a_resume_or_its_next_entry() {
+        for policy in [Policy::Fifo, Policy::Fair, Policy::Lottery] {
+            let mut l = DecisionCore::new(8, 2, policy, 0);
+            let g = Arc::new(ResourceGroup::new(1, Vec::new(), GroupFacts::default()));
+            let e = at(&g, 0, 2, 0);
+            l.learn(2, &e.view());
+            l.learn(5, &entry(2, 0, 1).view());
+            l.paused(2);
+            assert_eq!(l.choose(), Some(5), "the other slot only");
+            l.deactivate(5);
+            assert_eq!(l.choose(), None, "nothing choosable: the worker sleeps");
+            assert!(l.is_active(2), "the group keeps its slot");
+            // A resume: the worker visits the same entry again.
+            l.visit(2, SlotState::Active(e.view()));
+            assert_eq!(l.choose(), Some(2));
+            // Paused again, then the slot's next task set arrives.
+            l.paused(2);
+            assert_eq!(l.choose(), None);
+            let next = at(&g, 1, 2, 0);
+            l.learn(2, &next.view());
+            assert_eq!(l.choose(), Some(2), "a new entry is runnable");
+            // A same-entry visit does not un-park a hard node-dry slot.
+            l.node_dry(2, NodeAffinity::Hard);
+            l.visit(2, SlotState::Active(next.view()));
+            assert_eq!(l.choose(), None);
         }
     }
 

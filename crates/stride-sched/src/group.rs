@@ -28,13 +28,14 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::decision::EntryView;
 use crate::morsel::MorselState;
 use crate::pins::Finalizable;
 use crate::policy::GroupFacts;
+use crate::scheduler::Shared;
 use crate::sync::AtomicI64;
 use crate::task::{QueryError, TaskSetWork};
 
@@ -70,6 +71,10 @@ pub struct QueryStats {
     /// Number of follow-up task sets that finalizations emitted and that
     /// ran (their time is counted in their stage's `task_set_cpu`).
     pub follow_ups: u64,
+    /// Tasks that paused the query's task set because its consumer was
+    /// behind ([`crate::TaskOutcome::Paused`]): backpressure from a client
+    /// reading a streamed result slower than the query produces it.
+    pub pauses: u64,
     /// CPU time spent in tasks of each planned task set and its follow-ups,
     /// in order (sums to `cpu_time`).
     pub task_set_cpu: Vec<Duration>,
@@ -160,6 +165,8 @@ pub(crate) struct GroupCounters {
     pub(crate) cpu_ns: AtomicU64,
     pub(crate) finalize_ns: AtomicU64,
     pub(crate) follow_ups: AtomicU64,
+    /// Tasks that returned [`crate::TaskOutcome::Paused`].
+    pub(crate) pauses: AtomicU64,
     pub(crate) tasks: AtomicU64,
     pub(crate) morsels: AtomicU64,
     pub(crate) tuples: AtomicU64,
@@ -189,6 +196,7 @@ impl GroupCounters {
             cpu_ns: AtomicU64::new(0),
             finalize_ns: AtomicU64::new(0),
             follow_ups: AtomicU64::new(0),
+            pauses: AtomicU64::new(0),
             tasks: AtomicU64::new(0),
             morsels: AtomicU64::new(0),
             tuples: AtomicU64::new(0),
@@ -253,6 +261,11 @@ pub(crate) struct ResourceGroup {
     /// (Acquire) per decision and rescan their active groups' flags when it
     /// moved ([`crate::decision`]).
     pub(crate) cancel_epoch: Arc<AtomicU64>,
+    /// The scheduler whose sleeping workers a cancel wakes: a group whose
+    /// task set is paused ([`crate::pause`]) or parked by a hard affinity
+    /// may be every awake worker's only work, and its cancellation must
+    /// still be seen. Weak: a handle keeps no scheduler alive.
+    pub(crate) scheduler: Weak<Shared>,
     /// Some task or finalization failed (`error` holds the first error). Set
     /// (Relaxed) after `error` was written; a hint for pickers.
     pub(crate) failed: AtomicBool,
@@ -272,21 +285,39 @@ impl ResourceGroup {
         task_sets: Vec<Arc<dyn TaskSetWork>>,
         facts: GroupFacts,
     ) -> Self {
-        ResourceGroup::with_cancel_epoch(id, task_sets, facts, Arc::default())
+        ResourceGroup::build(id, task_sets, facts, Arc::default(), Weak::new())
     }
 
-    /// A group whose cancellation bumps `cancel_epoch` (the scheduler's).
-    pub(crate) fn with_cancel_epoch(
+    /// A group of `scheduler`: its cancellation bumps the scheduler's
+    /// cancel epoch and wakes its sleeping workers.
+    pub(crate) fn of_scheduler(
+        id: ResourceGroupId,
+        task_sets: Vec<Arc<dyn TaskSetWork>>,
+        facts: GroupFacts,
+        scheduler: &Arc<Shared>,
+    ) -> Self {
+        ResourceGroup::build(
+            id,
+            task_sets,
+            facts,
+            scheduler.cancel_epoch.clone(),
+            Arc::downgrade(scheduler),
+        )
+    }
+
+    fn build(
         id: ResourceGroupId,
         task_sets: Vec<Arc<dyn TaskSetWork>>,
         facts: GroupFacts,
         cancel_epoch: Arc<AtomicU64>,
+        scheduler: Weak<Shared>,
     ) -> Self {
         ResourceGroup {
             id,
             facts,
             counters: GroupCounters::new(task_sets.len()),
             cancel_epoch,
+            scheduler,
             task_sets,
             follow_ups: Mutex::new(VecDeque::new()),
             installed: AtomicU64::new(0),
@@ -346,6 +377,7 @@ impl ResourceGroup {
             },
             task_sets: self.task_sets.len(),
             follow_ups: c.follow_ups.load(Ordering::Relaxed),
+            pauses: c.pauses.load(Ordering::Relaxed),
             task_set_cpu: c
                 .task_set_cpu_ns
                 .iter()
@@ -509,6 +541,11 @@ impl QueryHandle {
     pub fn cancel(&self) {
         self.group.cancelled.store(true, Ordering::Relaxed);
         self.group.cancel_epoch.fetch_add(1, Ordering::Release);
+        // Sleepers look again (the epoch bump happens before the wake's):
+        // the group's slot may be paused or parked on every awake worker.
+        if let Some(scheduler) = self.group.scheduler.upgrade() {
+            scheduler.idle.wake(scheduler.config.workers);
+        }
     }
 
     /// Blocks the calling thread (never a worker) until the query completed,

@@ -35,6 +35,7 @@
 //!   (markers, finalization counter);
 //! * [`admission`] — the wait queue in front of the slots;
 //! * [`idle`] — sleeping and waking idle workers;
+//! * [`pause`] — task sets paused until their consumer catches up;
 //! * `local` — a worker's thread-local view: activity mask, per-slot pass and
 //!   priority, virtual time;
 //! * [`worker`] — the worker loop: decisions, running tasks, finalization;
@@ -60,6 +61,7 @@ pub mod morsel;
 mod observe;
 pub mod os_thread;
 pub mod overhead;
+pub mod pause;
 pub mod pins;
 pub mod policy;
 pub mod scheduler;
@@ -79,6 +81,7 @@ pub use group::{QueryHandle, QueryStats, ResourceGroupId};
 pub use morsel::{AdaptiveMorsels, MorselPolicy, MorselState};
 pub use os_thread::OsSetup;
 pub use overhead::{measure_decision_overhead, DecisionOverhead};
+pub use pause::Resumer;
 pub use policy::{
     CustomPolicy, DecayParams, GroupFacts, Policy, RankRule, TaskSetEstimate, ThresholdParams,
 };

@@ -374,11 +374,11 @@ impl Scheduler {
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let group = Arc::new(ResourceGroup::with_cancel_epoch(
+        let group = Arc::new(ResourceGroup::of_scheduler(
             id,
             task_sets,
             facts,
-            self.shared.cancel_epoch.clone(),
+            &self.shared,
         ));
         if group.task_sets.is_empty() {
             group.completion.complete(Ok(group.stats()));

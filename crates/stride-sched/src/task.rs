@@ -29,6 +29,9 @@ use std::time::Duration;
 use crate::affinity::{MorselPlace, NodeAffinity, PlaceCounts};
 use crate::masks::UpdateMasks;
 use crate::morsel::{MorselPolicy, MorselSizer, MorselState};
+use crate::pause::{ResumeSource, Resumer};
+use crate::scheduler::Shared;
+use std::sync::Arc;
 
 /// Error raised by a task or a finalization step. The executor puts its own
 /// typed error inside; the scheduler only carries it to the query's handle.
@@ -83,6 +86,13 @@ pub enum TaskOutcome {
     /// task set: some task reports [`TaskOutcome::Exhausted`] once every
     /// node is dry.
     NodeDry(NodeAffinity),
+    /// The task set's consumer is behind (a streamed result its client has
+    /// not read yet): the task kept a [`crate::Resumer`] from
+    /// [`TaskContext::resumer`] where the consumer finds it, and the worker
+    /// does not run the set again until the consumer calls
+    /// [`crate::Resumer::resume`] ([`crate::pause`]). Return it only after
+    /// every morsel the task took went through.
+    Paused,
 }
 
 /// Work that the scheduler runs as a task set.
@@ -154,6 +164,9 @@ pub struct TaskContext<'a> {
     /// The running worker's update masks, checked between morsels; `None`
     /// runs every task to `t_max` (seed 001's behaviour).
     preemption: Option<&'a UpdateMasks>,
+    /// The scheduler and the slot of the task's set, for
+    /// [`Self::resumer`]; `None` outside a scheduler.
+    resume: Option<ResumeSource<'a>>,
 }
 
 /// What a finalization can ask of the scheduler: whether its query was
@@ -212,7 +225,21 @@ impl<'a> TaskContext<'a> {
             preempted: false,
             cancelled,
             preemption,
+            resume: None,
         }
+    }
+
+    /// Lets the task pause its set ([`Self::resumer`]).
+    pub(crate) fn with_resume(mut self, shared: &'a Arc<Shared>, slot: usize) -> Self {
+        self.resume = Some(ResumeSource::new(shared, slot));
+        self
+    }
+
+    /// A handle that makes the task's set runnable again after the task
+    /// returned [`TaskOutcome::Paused`] ([`crate::pause`]); `None` when the
+    /// task runs outside a scheduler, where it must not pause.
+    pub fn resumer(&self) -> Option<Resumer> {
+        self.resume.as_ref().map(ResumeSource::resumer)
     }
 
     /// Caps the task's adaptive morsels at `cap` (the worker's hand-over

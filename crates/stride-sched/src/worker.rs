@@ -287,7 +287,8 @@ impl Worker {
                 shared.config.topology.worker_node(self.index),
                 &shared.staffed,
             )
-            .with_stealing(self.local.stealing(k));
+            .with_stealing(self.local.stealing(k))
+            .with_resume(&self.shared, k);
             {
                 let task_set = &e.work;
                 if let Some(c) = &mut self.clock {
@@ -318,6 +319,13 @@ impl Worker {
                     // that the nodes holding them are staffed.
                     self.local.node_dry(k, affinity);
                     shared.idle.wake(shared.config.workers);
+                    (false, None)
+                }
+                Ok(Ok(TaskOutcome::Paused)) => {
+                    // The consumer is behind: not chosen again until it
+                    // resumes the set (crate::pause).
+                    self.local.paused(k);
+                    group.counters.pauses.fetch_add(1, StdOrdering::Relaxed);
                     (false, None)
                 }
                 Ok(Ok(outcome)) => (outcome == TaskOutcome::Exhausted, None),

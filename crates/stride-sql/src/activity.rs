@@ -206,6 +206,7 @@ fn queries_table(log: &QueryLog, viewer: Viewer) -> Result<Table> {
         f("finalize_ms", DataType::Float64),
         f("memory_peak_bytes", DataType::Int64),
         f("spilled_bytes", DataType::Int64),
+        f("pauses", DataType::Int64),
         f("task_sets", DataType::Int64),
         f("tasks", DataType::Int64),
         f("morsels", DataType::Int64),
@@ -272,6 +273,12 @@ fn queries_table(log: &QueryLog, viewer: Viewer) -> Result<Table> {
         Arc::new(Int64Array::from_iter(
             rows.iter()
                 .map(|r| done(r).then_some(r.stats.spilled_bytes as i64)),
+        )),
+        // Tasks that paused the query for its client (backpressure on a
+        // streamed result).
+        Arc::new(Int64Array::from_iter(
+            rows.iter()
+                .map(|r| done(r).then_some(r.stats.pauses as i64)),
         )),
         Arc::new(Int64Array::from_iter(
             rows.iter()

@@ -3,8 +3,9 @@
 //! failing with 53200), the first rows reach a client that has not read
 //! the rest while the statement is still running, ORDER BY and
 //! LIMIT/OFFSET keep their order, a client that leaves mid-stream stops
-//! its query and gives its memory back, and a statement timeout that
-//! fires mid-stream is an ErrorResponse after the rows already sent.
+//! its query and gives its memory back, a statement timeout that fires
+//! mid-stream is an ErrorResponse after the rows already sent, and a slow
+//! client pauses its query rather than letting the result pile up.
 //!
 //! One server with TPC-H SF 0.01 serves every test; the tests take turns
 //! (a lock) so that each can check that the pool and the spill area are
@@ -17,7 +18,7 @@ use std::net::TcpStream;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::client::{runtime, TestServer};
+use common::client::{runtime, state_of, TestServer};
 use common::wire;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -134,7 +135,8 @@ fn a_result_far_past_the_share_streams_whole_in_both_protocols() {
                 .map(|(a, b, c)| [a.as_str(), b.as_str(), c.as_str()]),
         );
         assert_eq!(got, want, "extended query");
-        // The query really ran past its share: it spilled.
+        // The query really ran past its share: the union's inputs (UNION
+        // ALL materializes them) spilled.
         let spilled: i64 = client
             .query_one(
                 "select spilled_bytes from stride.queries where query like '%union all%' \
@@ -144,7 +146,7 @@ fn a_result_far_past_the_share_streams_whole_in_both_protocols() {
             .await
             .unwrap()
             .get(0);
-        assert!(spilled > 0, "the result parked on disk");
+        assert!(spilled > 0, "the union's inputs spilled");
     });
     back_to_baseline();
 }
@@ -198,12 +200,8 @@ fn order_by_and_limit_offset_stream_in_order() {
     back_to_baseline();
 }
 
-/// A raw protocol client: connected, authenticated, ready.
 fn raw_client() -> TcpStream {
-    let mut stream = TcpStream::connect(server().addr).unwrap();
-    stream.write_all(&wire::startup_packet("stride")).unwrap();
-    wire::read_until(&mut stream, b'Z');
-    stream
+    common::client::raw_client(server().addr)
 }
 
 /// Sends a simple query and reads up to its first DataRow.
@@ -212,19 +210,6 @@ fn first_row(stream: &mut TcpStream, sql: &str) -> Vec<(u8, Vec<u8>)> {
     let got = wire::read_until(stream, b'D');
     assert_eq!(got.last().map(|m| m.0), Some(b'D'), "{got:?}");
     got
-}
-
-/// The state of the latest query whose text contains `marker`.
-async fn state_of(client: &Client, marker: &str) -> String {
-    client
-        .query_one(
-            "select state from stride.queries where query like $1 \
-             order by query_id desc limit 1",
-            &[&format!("%{marker}%")],
-        )
-        .await
-        .unwrap()
-        .get(0)
 }
 
 #[test]
@@ -326,5 +311,70 @@ fn psycopg_fetches_a_result_far_past_the_share() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert_eq!(lines[0], lines[1], "streamed rows against count/sum: {out}");
+    back_to_baseline();
+}
+
+/// A client that reads slowly: the query pauses for it instead of parking
+/// the result on disk (`stride_sched::pause`), and still gets every row.
+#[test]
+fn a_slow_client_pauses_its_query_instead_of_parking_the_result() {
+    let _turn = turn();
+    let mut stream = raw_client();
+    stream
+        .write_all(&wire::query_message(
+            "set stride.query_memory_limit = '2MB'",
+        ))
+        .unwrap();
+    wire::read_until(&mut stream, b'Z');
+    let marker = "/* slow reader */";
+    stream
+        .write_all(&wire::query_message(&format!(
+            "select * from lineitem {marker}"
+        )))
+        .unwrap();
+    // 4 ms of sleep per 1000 rows read: far slower than the query.
+    let mut messages = Vec::new();
+    loop {
+        let batch = wire::read_messages(&mut stream, 1000);
+        let done = batch.iter().any(|m| m.0 == b'Z');
+        messages.extend(batch);
+        if done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(4));
+    }
+    let rows = messages.iter().filter(|m| m.0 == b'D').count();
+    let (pauses, spilled, state) = runtime().block_on(async {
+        let client = connect().await;
+        let want: i64 = client
+            .query_one("select count(*) from lineitem", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(rows as i64, want, "every row arrived");
+        let row = client
+            .query_one(
+                "select pauses, spilled_bytes, state from stride.queries \
+                 where query like $1 order by query_id desc limit 1",
+                &[&format!("%{marker}%")],
+            )
+            .await
+            .unwrap();
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, String>(2),
+        )
+    });
+    assert_eq!(state, "done");
+    assert!(pauses > 0, "the query never paused for its client");
+    // The result is some 9 MB in memory, its queue 512 kB (a quarter of
+    // the share): without the pause nearly all of it would park on disk.
+    // What may park is one first morsel, sized before the stream knew its
+    // bytes per row.
+    assert!(
+        spilled < 1 << 20,
+        "{spilled} bytes of the result parked on disk ({pauses} pauses)"
+    );
     back_to_baseline();
 }

@@ -117,6 +117,22 @@ pub trait Sink: Send + Sync + fmt::Debug {
     fn is_full(&self) -> bool {
         false
     }
+    /// Whether the task should stop before its next morsel because the
+    /// sink's consumer is behind (a streamed result its client has not
+    /// read): then the sink keeps the [`stride_sched::Resumer`] that
+    /// `resumer` gives and resumes the task set once the consumer caught up
+    /// (`stride_sched::pause`). With no resumer (outside a scheduler) a sink
+    /// must answer `false`.
+    fn pause(&self, resumer: &dyn Fn() -> Option<stride_sched::Resumer>) -> bool {
+        let _ = resumer;
+        false
+    }
+    /// The most source rows the task's next morsel should hold (a sink
+    /// that pauses bounds what one morsel adds to its consumer's backlog);
+    /// `None`: as the scheduler sizes it.
+    fn morsel_rows_cap(&self) -> Option<usize> {
+        None
+    }
     fn name(&self) -> String;
 }
 

@@ -124,3 +124,31 @@ pub fn tpch_server(limit: usize, query_limit: usize, temp_dir: std::path::PathBu
         engine,
     }
 }
+
+/// A raw protocol client of the server at `addr`: connected as `stride`,
+/// authenticated, ready for a query.
+#[allow(dead_code)] // not every test file speaks the raw protocol
+pub fn raw_client(addr: SocketAddr) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(&super::wire::startup_packet("stride"))
+        .unwrap();
+    super::wire::read_until(&mut stream, b'Z');
+    stream
+}
+
+/// The `stride.queries` state of the latest query whose text contains
+/// `marker`.
+#[allow(dead_code)]
+pub async fn state_of(client: &Client, marker: &str) -> String {
+    client
+        .query_one(
+            "select state from stride.queries where query like $1 \
+             order by query_id desc limit 1",
+            &[&format!("%{marker}%")],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}

@@ -60,6 +60,29 @@ pub fn read_until(stream: &mut TcpStream, until: u8) -> Vec<(u8, Vec<u8>)> {
     }
 }
 
+/// Reads at most `count` backend messages, stopping after a ReadyForQuery
+/// (or when the stream ends).
+#[allow(dead_code)]
+pub fn read_messages(stream: &mut TcpStream, count: usize) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while out.len() < count {
+        let mut header = [0u8; 5];
+        if stream.read_exact(&mut header).is_err() {
+            break;
+        }
+        let len = i32::from_be_bytes(header[1..5].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len.saturating_sub(4)];
+        if stream.read_exact(&mut body).is_err() {
+            break;
+        }
+        out.push((header[0], body));
+        if header[0] == b'Z' {
+            break;
+        }
+    }
+    out
+}
+
 /// The SQLSTATE field of an ErrorResponse body.
 pub fn sqlstate_of(body: &[u8]) -> String {
     body.split(|&b| b == 0)
