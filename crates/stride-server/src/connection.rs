@@ -689,8 +689,13 @@ impl Connection {
     /// were streamed) and command tag, the copy sub-protocol, or its error.
     async fn answer(&mut self, result: Result<StatementOutput, SqlError>) -> Result<(), Close> {
         match result.and_then(|output| self.deallocate(output)) {
-            Ok(StatementOutput::CopyIn(copy)) => self.copy_in(copy).await?,
-            Ok(StatementOutput::CopyOut(copy)) => self.copy_out(copy).await?,
+            // A failed copy sent its error; the simple query goes on.
+            Ok(StatementOutput::CopyIn(copy)) => {
+                self.copy_in(copy).await?;
+            }
+            Ok(StatementOutput::CopyOut(copy)) => {
+                self.copy_out(copy).await?;
+            }
             Ok(output) => {
                 let mut rows = match rows_of(output) {
                     Ok(rows) => rows,
@@ -890,10 +895,20 @@ impl Connection {
                 self.with_session(move |s| s.execute_prepared(&prepared, params))
                     .await?
             };
-            match outcome
-                .and_then(|output| self.deallocate(output))
-                .and_then(rows_of)
-            {
+            // A COPY's exchange follows its Execute; after an error, the
+            // messages up to Sync are skipped.
+            let outcome = match outcome.and_then(|output| self.deallocate(output)) {
+                Ok(StatementOutput::CopyIn(copy)) => {
+                    self.skip_until_sync |= self.copy_in(copy).await?;
+                    return Ok(());
+                }
+                Ok(StatementOutput::CopyOut(copy)) => {
+                    self.skip_until_sync |= self.copy_out(copy).await?;
+                    return Ok(());
+                }
+                other => other,
+            };
+            match outcome.and_then(rows_of) {
                 Ok(rows) => portal.result = Some(rows),
                 Err(e) => {
                     self.sql_error(&e);
@@ -1059,13 +1074,13 @@ fn describe_schema(schema: &SchemaRef, formats: &[i16]) -> Vec<(String, u32, i16
         .collect()
 }
 
-/// A statement's output as rows to send and the command tag; `COPY`,
-/// which needs the copy sub-protocol, only in the simple query protocol.
+/// A statement's output as rows to send and the command tag; `COPY`'s
+/// output is the copy sub-protocol's, answered before this.
 fn rows_of(output: StatementOutput) -> Result<Rows, SqlError> {
     Ok(match output {
         StatementOutput::CopyIn(_) | StatementOutput::CopyOut(_) => {
-            return Err(SqlError::Unsupported(
-                "COPY in the extended query protocol (send it as a simple query)".into(),
+            return Err(SqlError::Internal(
+                "a COPY's output reached the rows of a result".into(),
             ))
         }
         StatementOutput::Query(q) => {

@@ -13,6 +13,8 @@
 //! * [`functions`] — size-checked `repeat`, `lpad`, `rpad` (54000 beyond
 //!   1 GB per value);
 //! * [`coerce`] — literal typing fixes applied before DataFusion's coercion;
+//! * [`decimal_division`] — `numeric / numeric` with PostgreSQL's 16
+//!   significant digits, rounded;
 //! * [`engine`] — engine and sessions, one submodule per statement kind:
 //!   queries and EXPLAIN, prepared statements with parameters, DDL/DML,
 //!   SET/SHOW, transactions (snapshot isolation, first committer wins,
@@ -42,6 +44,7 @@ pub mod activity;
 pub mod coerce;
 pub mod context;
 pub mod copy;
+pub mod decimal_division;
 pub mod engine;
 pub mod error;
 pub mod functions;

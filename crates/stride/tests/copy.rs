@@ -1,7 +1,9 @@
 //! `COPY` over the wire: psql's `\copy` both ways, psycopg's
-//! `cursor.copy()` (text and binary), raw protocol messages no driver sends
-//! (CopyData outside a copy, CopyFail, a foreign message mid-copy, bad
-//! lines, a huge line), privileges and server-side files.
+//! `cursor.copy()` (text and binary), tokio-postgres' `copy_in` /
+//! `copy_out` (the extended query protocol), raw protocol messages no
+//! driver sends (CopyData outside a copy, CopyFail, a foreign message
+//! mid-copy, Sync mid-copy, bad lines, a huge line), privileges and
+//! server-side files.
 
 mod common;
 
@@ -12,7 +14,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::wire::{message, query_message, read_until, sqlstate_of, startup_packet};
+use common::wire::{
+    extended_messages, message, query_message, read_until, sqlstate_of, startup_packet,
+    sync_message,
+};
 
 fn server() -> SocketAddr {
     static SERVER: OnceLock<SocketAddr> = OnceLock::new();
@@ -403,4 +408,256 @@ fn psql_reports_copy_errors_with_their_sqlstate() {
         &["-A", "-t", "-c", "select count(*) from psql_bad"],
     );
     assert_eq!(count.trim(), "0");
+}
+
+/// `rows` as one CopyData payload for tokio-postgres' copy sink.
+fn payload(rows: &str) -> std::collections::VecDeque<u8> {
+    rows.as_bytes().iter().copied().collect()
+}
+
+/// The SQLSTATE of a driver error (empty: none).
+fn driver_code(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_default()
+}
+
+/// Copies `chunks` (one CopyData each) in through tokio-postgres'
+/// `copy_in`; the rows copied, or the error at CopyDone.
+async fn copy_in_chunks<T>(
+    client: &tokio_postgres::Client,
+    statement: &T,
+    chunks: &[&str],
+) -> Result<u64, tokio_postgres::Error>
+where
+    T: ?Sized + tokio_postgres::ToStatement,
+{
+    use futures_util::SinkExt;
+    let sink = client.copy_in(statement).await.unwrap();
+    futures_util::pin_mut!(sink);
+    for chunk in chunks {
+        sink.send(payload(chunk)).await.unwrap();
+    }
+    sink.finish().await
+}
+
+/// The CopyData payloads of a `copy_out`.
+async fn copy_out_chunks(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<u8>> {
+    use futures_util::StreamExt;
+    let stream = client.copy_out(sql).await.unwrap();
+    let chunks: Vec<_> = stream.collect().await;
+    chunks.into_iter().map(|c| c.unwrap().to_vec()).collect()
+}
+
+async fn count_rows(client: &tokio_postgres::Client, table: &str) -> i64 {
+    let sql = format!("SELECT count(*) FROM {table}");
+    client.query_one(&sql, &[]).await.unwrap().get(0)
+}
+
+#[test]
+fn tokio_postgres_copies_in_and_out_through_the_extended_protocol() {
+    common::client::runtime().block_on(async {
+        let client = common::client::connect(server(), "stride").await;
+        client
+            .batch_execute("CREATE TABLE ext_copy (a INT, b VARCHAR)")
+            .await
+            .unwrap();
+        // copy_in: Parse, Describe (NoData), then Bind, Execute and Sync at
+        // once — the Sync arrives during copy-in and is ignored.
+        let statement = client.prepare("COPY ext_copy FROM STDIN").await.unwrap();
+        assert!(statement.columns().is_empty());
+        let copied = copy_in_chunks(&client, &statement, &["1\tone\n2\t\\N\n", "3\tthree\n"]);
+        assert_eq!(copied.await.unwrap(), 3);
+        // The same prepared statement again, and CSV with a header.
+        let copied = copy_in_chunks(&client, &statement, &["4\tfour\n"]);
+        assert_eq!(copied.await.unwrap(), 1);
+        let csv = "COPY ext_copy (b, a) FROM STDIN (FORMAT csv, HEADER)";
+        let copied = copy_in_chunks(&client, csv, &["b,a\n\"five, 5\",5\n"]);
+        assert_eq!(copied.await.unwrap(), 1);
+
+        // copy_out: every row, in order.
+        let sql = "COPY (SELECT a, b FROM ext_copy ORDER BY a) TO STDOUT";
+        let text = copy_out_chunks(&client, sql).await.concat();
+        assert_eq!(
+            String::from_utf8(text).unwrap(),
+            "1\tone\n2\t\\N\n3\tthree\n4\tfour\n5\tfive, 5\n"
+        );
+        let sql = "COPY ext_copy (a) TO STDOUT (FORMAT csv, HEADER)";
+        let chunks = copy_out_chunks(&client, sql).await;
+        assert_eq!(chunks.len(), 6, "a header and a CopyData per row");
+
+        // Bad data: its SQLSTATE, nothing appended, the connection goes on.
+        let copied = copy_in_chunks(&client, "COPY ext_copy FROM STDIN", &["6\tsix\nseven\t7\n"]);
+        let e = copied.await.unwrap_err();
+        assert_eq!(driver_code(&e), "22P02", "{e:?}");
+        assert_eq!(count_rows(&client, "ext_copy").await, 5);
+        // A missing table fails at Execute.
+        let e = client
+            .copy_out("COPY ext_missing TO STDOUT")
+            .await
+            .err()
+            .expect("no such table");
+        assert_eq!(driver_code(&e), "42P01", "{e:?}");
+
+        // Inside a transaction block: rolled back with it.
+        client.batch_execute("BEGIN").await.unwrap();
+        let copied = copy_in_chunks(&client, "COPY ext_copy FROM STDIN", &["9\tnine\n"]);
+        assert_eq!(copied.await.unwrap(), 1);
+        assert_eq!(
+            count_rows(&client, "ext_copy").await,
+            6,
+            "the block sees its copy"
+        );
+        client.batch_execute("ROLLBACK").await.unwrap();
+
+        // A sink dropped unfinished sends CopyFail: nothing appended.
+        {
+            use futures_util::SinkExt;
+            let sink = client.copy_in("COPY ext_copy FROM STDIN").await.unwrap();
+            futures_util::pin_mut!(sink);
+            sink.send(payload("10\tten\n")).await.unwrap();
+        }
+        assert_eq!(count_rows(&client, "ext_copy").await, 5);
+
+        // copy_in of a missing table fails at Execute too. (tokio-postgres
+        // then sends CopyFail and a second Sync, whose ReadyForQuery — sent
+        // by PostgreSQL as well — it hands to its next request: this
+        // client is done.)
+        let e = client
+            .copy_in::<_, std::collections::VecDeque<u8>>("COPY ext_missing FROM STDIN")
+            .await
+            .err()
+            .expect("no such table");
+        assert_eq!(driver_code(&e), "42P01", "{e:?}");
+        let other = common::client::connect(server(), "stride").await;
+        assert_eq!(count_rows(&other, "ext_copy").await, 5);
+    });
+}
+
+/// Sends the extended messages of `sql` and Sync; the reply up to the
+/// first CopyInResponse.
+fn start_extended_copy_in(s: &mut TcpStream, sql: &str) -> Vec<(u8, Vec<u8>)> {
+    let mut out = extended_messages(sql);
+    out.extend(sync_message());
+    s.write_all(&out).unwrap();
+    let msgs = read_until(s, b'G');
+    let tags: Vec<u8> = msgs.iter().map(|m| m.0).collect();
+    assert_eq!(tags, b"12nG", "{sql}: {msgs:?}");
+    msgs
+}
+
+/// Writes `messages`, then Sync; the reply up to ReadyForQuery.
+fn then_sync(s: &mut TcpStream, messages: &[Vec<u8>]) -> Vec<(u8, Vec<u8>)> {
+    for m in messages {
+        s.write_all(m).unwrap();
+    }
+    s.write_all(&sync_message()).unwrap();
+    read_until(s, b'Z')
+}
+
+/// The message tags of a reply.
+fn tags(reply: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    reply.iter().map(|m| m.0).collect()
+}
+
+/// Asserts that `reply` is one error with `code`, then ReadyForQuery.
+fn assert_one_error(reply: &[(u8, Vec<u8>)], code: &str) {
+    assert_eq!(tags(reply), b"EZ", "{reply:?}");
+    assert_eq!(error_code(reply), code);
+}
+
+#[test]
+fn extended_copy_ignores_sync_mid_copy_and_skips_to_sync_after_an_error() {
+    let mut s = raw("stride");
+    query(&mut s, "CREATE TABLE ext_raw (a INT)");
+    let data = |rows: &[u8]| message(b'd', rows);
+    let done = || message(b'c', b"");
+    let insert = || extended_messages("INSERT INTO ext_raw VALUES (100)");
+    // Sync after Execute and between CopyData messages (Flush too):
+    // ignored; the command completes at CopyDone, ReadyForQuery answers the
+    // Sync after it, once.
+    start_extended_copy_in(&mut s, "COPY ext_raw FROM STDIN");
+    let reply = then_sync(
+        &mut s,
+        &[
+            data(b"1\n"),
+            sync_message(),
+            message(b'H', b""),
+            data(b"2\n"),
+            done(),
+        ],
+    );
+    assert_eq!(tags(&reply), b"CZ", "{reply:?}");
+    assert_eq!(reply[0].1, b"COPY 2\0");
+    assert_eq!(scalar(&mut s, "SELECT sum(a) FROM ext_raw"), "3");
+
+    // A foreign message mid-copy: 08P01, then everything up to Sync (the
+    // rest of the copy, another statement) skipped; nothing appended.
+    start_extended_copy_in(&mut s, "COPY ext_raw FROM STDIN");
+    let reply = then_sync(
+        &mut s,
+        &[
+            data(b"4\n"),
+            extended_messages("SELECT 1"),
+            data(b"5\n"),
+            done(),
+            insert(),
+        ],
+    );
+    assert_one_error(&reply, "08P01");
+    assert_eq!(scalar(&mut s, "SELECT sum(a) FROM ext_raw"), "3");
+
+    // CopyFail: 57014, skipped to Sync.
+    start_extended_copy_in(&mut s, "COPY ext_raw FROM STDIN");
+    let reply = then_sync(
+        &mut s,
+        &[
+            data(b"6\n"),
+            message(b'f', b"changed my mind\0"),
+            data(b"7\n"),
+        ],
+    );
+    assert_one_error(&reply, "57014");
+
+    // A bad line, reported at CopyDone: 22P02, skipped to Sync.
+    start_extended_copy_in(&mut s, "COPY ext_raw FROM STDIN");
+    let reply = then_sync(&mut s, &[data(b"8\neight\n"), done(), insert()]);
+    assert_one_error(&reply, "22P02");
+    assert_eq!(scalar(&mut s, "SELECT sum(a) FROM ext_raw"), "3");
+
+    // Inside a transaction block, a failed copy aborts the block.
+    query(&mut s, "BEGIN");
+    start_extended_copy_in(&mut s, "COPY ext_raw FROM STDIN");
+    let reply = then_sync(&mut s, &[data(b"nine\n"), done()]);
+    assert_one_error(&reply, "22P02");
+    assert_eq!(reply[1].1, b"E", "the block is aborted");
+    assert_eq!(error_code(&query(&mut s, "SELECT 1")), "25P02");
+    query(&mut s, "ROLLBACK");
+
+    // COPY TO STDOUT: CopyOutResponse, a CopyData a row, CopyDone, then
+    // the command; a row limit on Execute does not cut a copy.
+    let mut out = extended_messages("COPY (SELECT a FROM ext_raw ORDER BY a) TO STDOUT");
+    let limited = out.len() - 4;
+    out[limited..].copy_from_slice(&1i32.to_be_bytes());
+    let reply = then_sync(&mut s, &[out]);
+    assert_eq!(tags(&reply), b"12nHddcCZ", "{reply:?}");
+    assert_eq!(reply[4].1, b"1\n");
+    assert_eq!(reply[5].1, b"2\n");
+    assert_eq!(reply[7].1, b"COPY 2\0");
+
+    // A COPY with a bad option fails at Parse; Bind and Execute are skipped.
+    let reply = then_sync(
+        &mut s,
+        &[extended_messages("COPY ext_raw FROM STDIN (FORMAT nope)")],
+    );
+    assert_eq!(tags(&reply), b"EZ", "{reply:?}");
+
+    // Terminate mid-copy ends the connection; the server goes on.
+    start_extended_copy_in(&mut s, "COPY ext_raw FROM STDIN");
+    s.write_all(&data(b"10\n")).unwrap();
+    s.write_all(&message(b'X', b"")).unwrap();
+    assert!(
+        read_until(&mut s, b'Z').is_empty(),
+        "closed without a reply"
+    );
+    let mut again = raw("stride");
+    assert_eq!(scalar(&mut again, "SELECT sum(a) FROM ext_raw"), "3");
 }

@@ -159,6 +159,46 @@ fn integer_overflow_is_an_error_and_sums_do_not_wrap() {
 }
 
 #[test]
+fn decimal_division_fails_with_22012_and_22003_and_keeps_16_digits() {
+    runtime().block_on(async {
+        let client = connect("decimals").await;
+        fails_with(&client, "select 1.50 / 0", "22012").await;
+        fails_with(
+            &client,
+            "select n_nationkey / cast(n_regionkey - n_regionkey as decimal(10,2)) from nation",
+            "22012",
+        )
+        .await;
+        fails_with(
+            &client,
+            "select cast(10000000000000000000000 as decimal(38,0)) / 0.0001",
+            "22003",
+        )
+        .await;
+        // The quotient in binary (a prepared statement) and in text.
+        let sql = "select cast(2 as decimal(10,2)) / 3 where $1 > 0";
+        let row = client.query_one(sql, &[&1i64]).await.unwrap();
+        let binary: rust_decimal::Decimal = row.get(0);
+        assert_eq!(binary.to_string(), "0.6666666666666667");
+        let rows = client
+            .simple_query("select -7.5 / 2, 1.0 / 8")
+            .await
+            .unwrap();
+        let text = rows.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((r.get(0).unwrap().to_string(), r.get(1).unwrap().to_string()))
+            }
+            _ => None,
+        });
+        assert_eq!(
+            text,
+            Some(("-3.7500000000000000".into(), "0.1250000000000000".into()))
+        );
+        still_usable(&client).await;
+    });
+}
+
+#[test]
 fn prepared_statements_see_current_data() {
     runtime().block_on(async {
         let writer = connect("writer").await;

@@ -30,20 +30,12 @@ const FAILING: &[(&str, &str)] = &[
     ("q12", "Arrow error: Divide by zero error"),
 ];
 
-/// Queries whose answer differs from DuckDB's, with the cause. One cause so
-/// far, also behind q58 and q83 at SF 1: a decimal quotient gets
-/// DataFusion's scale, the dividend's scale + 4 (`decimal(p,2) / integer`:
-/// 6 fractional digits), and is truncated, not rounded; PostgreSQL keeps at
-/// least 16 significant digits, DuckDB divides decimals in double precision.
-const DIFFERENT: &[(&str, &str)] = &[
-    // `cast(promotions AS decimal(15,4)) / cast(total AS decimal(15,4)) * 100`:
-    // Stride's decimal division keeps 8 fractional digits and truncates
-    // (98.59920900); DuckDB divides in double (98.59920967514138).
-    ("q61", "decimal division truncated to 8 fractional digits"),
-    // `sum(jan_sales) / w_warehouse_sq_ft` (decimal / integer): Stride keeps
-    // 6 fractional digits, truncated (0.676432); DuckDB 0.6764327813726302.
-    ("q66", "decimal division truncated to 6 fractional digits"),
-];
+/// Queries whose answer differs from DuckDB's, with the cause. None since
+/// decimal division keeps PostgreSQL's 16 significant digits, rounded
+/// (`stride_sql::decimal_division`): q61 and q66 at SF 0.01, q58 and q83 at
+/// SF 1 had differed by the truncated 6 or 8 fractional digits of
+/// DataFusion's quotient (DuckDB divides decimals in double precision).
+const DIFFERENT: &[(&str, &str)] = &[];
 
 /// What happened to one query.
 #[derive(Debug, PartialEq)]

@@ -14,6 +14,12 @@
 //! too much data leaves the table as it was, and inside a transaction
 //! block aborts the block. After a failed copy the client's remaining
 //! CopyData messages are ignored by the main loop, as PostgreSQL does.
+//!
+//! In the extended query protocol a `COPY` runs at Execute (Parse, Bind
+//! and Describe — NoData — as for any command): the same exchange follows
+//! it, the Sync a driver sends right after Execute (tokio-postgres sends
+//! Bind, Execute, Sync at once) ignored during copy-in as PostgreSQL
+//! ignores it; after an error the connection skips to the next Sync.
 
 use arrow::array::RecordBatch;
 use arrow::util::display::FormatOptions;
@@ -41,15 +47,15 @@ enum CopyFailure {
 impl Connection {
     /// Runs a `COPY … FROM` the session accepted: reads the rows from the
     /// client (or the server file) and appends them; answers `COPY n` or
-    /// the error.
-    pub(super) async fn copy_in(&mut self, copy: Box<CopyIn>) -> Result<(), Close> {
+    /// the error. Returns whether the copy failed (its error sent).
+    pub(super) async fn copy_in(&mut self, copy: Box<CopyIn>) -> Result<bool, Close> {
         // The client's data, read here; a server file is read on the
         // blocking thread.
         let sent = match copy.file {
             Some(_) => None,
             None => match self.receive_copy_data(&copy).await? {
                 Some(data) => Some(data),
-                None => return Ok(()),
+                None => return Ok(true),
             },
         };
         let table = copy.table.clone();
@@ -79,7 +85,10 @@ impl Connection {
             })
             .await?;
         match outcome {
-            Ok(StatementOutput::Command { tag }) => self.out.command_complete(&tag),
+            Ok(StatementOutput::Command { tag }) => {
+                self.out.command_complete(&tag);
+                return Ok(false);
+            }
             Ok(_) => self.out.error(
                 "ERROR",
                 sqlstate::INTERNAL_ERROR,
@@ -98,7 +107,7 @@ impl Connection {
             }
             Err(CopyFailure::Sql(e)) => self.sql_error(&e),
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The copy-in exchange: CopyInResponse, then CopyData up to CopyDone.
@@ -137,6 +146,8 @@ impl Connection {
                     ))
                 }
                 b'H' | b'S' => None,
+                // Terminate: the client is leaving, the copy with it.
+                b'X' => return Err(Close::Gone),
                 other => Some((
                     sqlstate::PROTOCOL_VIOLATION,
                     format!("unexpected message type 0x{other:02X} during COPY from stdin"),
@@ -153,7 +164,8 @@ impl Connection {
     }
 
     /// Sends the rows of a `COPY … TO STDOUT`: one CopyData per row.
-    pub(super) async fn copy_out(&mut self, copy: Box<CopyOut>) -> Result<(), Close> {
+    /// Returns whether the copy failed (its error sent).
+    pub(super) async fn copy_out(&mut self, copy: Box<CopyOut>) -> Result<bool, Close> {
         let CopyOut { output, options } = *copy;
         let binary = options.format == CopyFormat::Binary;
         let columns = output.schema.fields().len();
@@ -180,7 +192,7 @@ impl Connection {
                         // The client is in copy-out mode: end it, then report.
                         self.out.copy_done();
                         self.out.error("ERROR", sqlstate::INTERNAL_ERROR, &message);
-                        return Ok(());
+                        return Ok(true);
                     }
                 }
                 self.flush_if_full().await?;
@@ -194,7 +206,7 @@ impl Connection {
         }
         self.out.copy_done();
         self.out.command_complete(&format!("COPY {rows}"));
-        Ok(())
+        Ok(false)
     }
 }
 

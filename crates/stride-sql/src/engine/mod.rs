@@ -854,6 +854,7 @@ impl Session {
         crate::lower::refuse_not_in_inside_disjunctions(&plan)?;
         let options = &self.engine.options;
         let plan = crate::coerce::float_literals(plan)?;
+        let plan = crate::decimal_division::numeric_division(plan)?;
         let plan = crate::integers::widen_integer_sums(plan)?;
         let analyzed = crate::interrupt::analyzer(&self.interrupt)
             .execute_and_check(plan, options, |_, _| {})

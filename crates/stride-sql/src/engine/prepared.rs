@@ -58,6 +58,9 @@ enum PreparedKind {
     Cursor(super::cursor::CursorStatement, Option<LogicalPlan>),
     /// `ALTER TABLE … SET (placement = …)`.
     Place(super::place::PlaceStatement),
+    /// `COPY`, its text in [`Prepared::sql`]: run as a simple query runs it,
+    /// its output the caller's copy sub-protocol.
+    Copy,
 }
 
 impl Prepared {
@@ -81,9 +84,16 @@ impl Session {
 
     pub(super) fn prepare_text(&mut self, sql: &str) -> Result<Prepared> {
         if crate::copy::is_copy(sql) {
-            return Err(SqlError::Unsupported(
-                "COPY in the extended query protocol (send it as a simple query)".into(),
-            ));
+            // Checked for syntax and options now; the table, columns and
+            // privileges when it runs, as PostgreSQL's COPY.
+            crate::copy::parse(sql)?;
+            self.check_not_aborted()?;
+            return Ok(Prepared {
+                kind: PreparedKind::Copy,
+                param_types: Vec::new(),
+                schema: None,
+                sql: sql.to_string(),
+            });
         }
         if is_checkpoint(sql) {
             self.check_not_aborted()?;
@@ -387,6 +397,7 @@ impl Session {
                     tag: "DISCARD ALL".into(),
                 })
             }
+            PreparedKind::Copy => self.copy(&prepared.sql),
             PreparedKind::Place(statement) => self.logged(&prepared.sql, |s| {
                 s.writing("ALTER TABLE", |s| s.place_table(statement))
             }),

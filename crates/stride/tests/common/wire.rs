@@ -92,3 +92,31 @@ pub fn sqlstate_of(body: &[u8]) -> String {
         })
         .unwrap_or_default()
 }
+
+/// The extended protocol's messages for running `sql` without parameters
+/// through the unnamed statement and portal: Parse, Bind (text results),
+/// Describe (portal) and Execute (every row); no Sync.
+pub fn extended_messages(sql: &str) -> Vec<u8> {
+    let mut parse = vec![0u8];
+    parse.extend_from_slice(sql.as_bytes());
+    parse.push(0);
+    parse.extend_from_slice(&0i16.to_be_bytes());
+    // Portal "", statement "", no parameter formats, no parameters, no
+    // result formats.
+    let mut bind = vec![0u8, 0u8];
+    for count in [0i16, 0, 0] {
+        bind.extend_from_slice(&count.to_be_bytes());
+    }
+    let mut execute = vec![0u8];
+    execute.extend_from_slice(&0i32.to_be_bytes());
+    let mut out = message(b'P', &parse);
+    out.extend(message(b'B', &bind));
+    out.extend(message(b'D', b"P\0"));
+    out.extend(message(b'E', &execute));
+    out
+}
+
+/// A Sync message.
+pub fn sync_message() -> Vec<u8> {
+    message(b'S', b"")
+}
