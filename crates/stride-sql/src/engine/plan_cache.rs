@@ -252,7 +252,7 @@ impl PlanCache {
             .iter()
             .map(|(k, (e, used))| (k.clone(), e.clone(), *used))
             .collect();
-        rows.sort_by(|a, b| b.2.cmp(&a.2));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.2));
         let f = |name: &str, t: DataType| Field::new(name, t, true);
         let schema = Arc::new(Schema::new(vec![
             f("shape", DataType::Utf8),
@@ -330,6 +330,9 @@ impl PlanCache {
 }
 
 /// What became of a simple-protocol statement offered to the cache.
+// One value per statement, matched at once: boxing the output would cost
+// an allocation per query (as `StatementOutput` itself argues).
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Through {
     /// It ran from a cached plan (or failed there as a full plan would).
     Ran(Result<StatementOutput>),
