@@ -62,6 +62,10 @@ use crate::roles::RoleId;
 /// otherwise.
 pub const DEFAULT_PLAN_CACHE_SIZE: usize = 512;
 
+/// Ends the key of a query's text as written ([`Session::text_key`]);
+/// a masked shape's key ends with its literals' kinds (`n`, `t`) instead.
+const TEXT_SUFFIX: &str = "\u{0}text";
+
 /// A plan to be re-bound and run again.
 #[derive(Debug)]
 pub(super) struct CachedPlan {
@@ -256,6 +260,7 @@ impl PlanCache {
         let f = |name: &str, t: DataType| Field::new(name, t, true);
         let schema = Arc::new(Schema::new(vec![
             f("shape", DataType::Utf8),
+            f("kind", DataType::Utf8),
             f("default_schema", DataType::Utf8),
             f("role_id", DataType::Int64),
             f("parameters", DataType::Int64),
@@ -274,6 +279,13 @@ impl PlanCache {
             Arc::new(StringArray::from_iter_values(
                 rows.iter().map(|r| shape(&r.0)),
             )),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| {
+                if r.0.shape.ends_with(TEXT_SUFFIX) {
+                    "text"
+                } else {
+                    "masked"
+                }
+            }))),
             Arc::new(StringArray::from_iter_values(
                 rows.iter().map(|r| r.0.schema.as_str()),
             )),
@@ -360,7 +372,7 @@ impl Session {
         let Some(masked) = literal_mask::mask(stmt) else {
             return Through::Full(None);
         };
-        let key = self.shape_key(&masked);
+        let key = self.shape_key(masked.shape.clone());
         let (entry, hit) = match cache.get(&key) {
             Some(entry) => (entry, true),
             None => {
@@ -409,10 +421,62 @@ impl Session {
         Through::Ran(self.run_bound(bound, sql, true, start))
     }
 
-    fn shape_key(&self, masked: &Masked) -> ShapeKey {
+    /// The key of a query's text as written (parameters `$n` its own, no
+    /// literal masked).
+    pub(super) fn text_key(&self, text: &str) -> ShapeKey {
+        self.shape_key(format!("{text}{TEXT_SUFFIX}"))
+    }
+
+    /// A cached plan of a query's text ([`Session::text_key`]), checked
+    /// against the tables' current columns; counted as a hit.
+    pub(super) fn cached_text(&mut self, key: &ShapeKey) -> Option<Arc<CachedPlan>> {
+        let engine = self.engine.clone();
+        let cache = &engine.plan_cache;
+        let entry = cache.get(key)?;
+        let plan = entry.plan.clone()?;
+        if self.in_failed_transaction() {
+            return None;
+        }
+        self.take_snapshot();
+        if self.rebind(plan.bound.clone()).is_err() {
+            cache.remove(key);
+            return None;
+        }
+        cache.hits.fetch_add(1, Ordering::Relaxed);
+        entry.hits.fetch_add(1, Ordering::Relaxed);
+        Some(plan)
+    }
+
+    /// Keeps a query text's plan (its tables detached) in the engine's
+    /// cache; `planning`: what binding and optimizing it took.
+    pub(super) fn remember_text(&self, key: ShapeKey, plan: &CachedPlan, planning: Duration) {
+        let cache = &self.engine.plan_cache;
+        let detached = (|| {
+            Ok::<_, SqlError>(CachedPlan {
+                bound: detach(plan.bound.clone())?,
+                optimized: detach(plan.optimized.clone())?,
+                param_types: plan.param_types.clone(),
+            })
+        })();
+        // Detaching cannot fail (it makes empty tables of known schemas);
+        // should it, the text is simply not kept.
+        if let Ok(detached) = detached {
+            cache.misses.fetch_add(1, Ordering::Relaxed);
+            cache.insert(
+                key,
+                Entry {
+                    plan: Some(Arc::new(detached)),
+                    hits: AtomicU64::new(0),
+                    planning,
+                },
+            );
+        }
+    }
+
+    fn shape_key(&self, shape: String) -> ShapeKey {
         let setting = |name: &str| self.settings.get(name).unwrap_or_default();
         ShapeKey {
-            shape: masked.shape.clone(),
+            shape,
             schema: self.default_schema.clone(),
             role: self.role,
             settings: format!(

@@ -251,6 +251,22 @@ impl Session {
                 });
             }
         }
+        // A query whose text the engine's cache holds is neither bound nor
+        // optimized again (the extended protocol's Parse of an unnamed
+        // statement, a simple-protocol statement whose shape is not cached).
+        let text_key =
+            (self.engine.plan_cache.capacity() > 0 && is_query(&stmt)).then(|| self.text_key(&sql));
+        if let Some(key) = &text_key {
+            if let Some(cached) = self.cached_text(key) {
+                return Ok(Prepared {
+                    param_types: cached.param_types.iter().cloned().map(Some).collect(),
+                    schema: Some(Arc::new(cached.bound.schema().as_arrow().clone())),
+                    kind: PreparedKind::Plan(cached.bound.clone(), Some(cached)),
+                    sql,
+                });
+            }
+        }
+        let start = std::time::Instant::now();
         let (plan, param_types) = self.bind_statement(stmt)?;
         let schema = match &plan {
             LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) => None,
@@ -269,6 +285,9 @@ impl Session {
             }
             _ => None,
         };
+        if let (Some(key), Some(cached)) = (text_key, &cached) {
+            self.remember_text(key, cached, start.elapsed());
+        }
         Ok(Prepared {
             kind: PreparedKind::Plan(plan, cached.map(Arc::new)),
             param_types,
@@ -517,6 +536,11 @@ impl Session {
         .map(|t| t.data)
         .map_err(SqlError::from)
     }
+}
+
+/// Whether `stmt` is a query (`SELECT`, `WITH`, `VALUES`, …).
+fn is_query(stmt: &DFStatement) -> bool {
+    matches!(stmt, DFStatement::Statement(s) if matches!(s.as_ref(), SqlStatement::Query(_)))
 }
 
 /// Whether `sql` is the statement `CHECKPOINT` (which the SQL parser does
