@@ -13,6 +13,7 @@
 //! | `stride.affinity`            | session | os, target, bound, auto, default        |
 //! | `stride.temp_directory`      | engine  | an existing directory: where queries spill |
 //! | `temp_file_limit`            | engine  | a size (no unit: kB), -1: spill files of one query |
+//! | `stride.plan_cache_size`     | engine  | entries of the plan cache (default 512), 0: off |
 //! | `search_path`                | session | an existing schema                      |
 //! | PostgreSQL client settings   | session | see [`PG_SETTINGS`]                     |
 //!

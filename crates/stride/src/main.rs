@@ -135,6 +135,11 @@ struct GlobalArgs {
     /// changes it.
     #[arg(long, global = true, value_name = "DIR")]
     temp_dir: Option<PathBuf>,
+    /// Entries of the engine's plan cache of statement shapes (default
+    /// 512); 0 turns plan caching off, also prepared statements'. `SET
+    /// stride.plan_cache_size` changes it.
+    #[arg(long, global = true, value_name = "ENTRIES")]
+    plan_cache_size: Option<usize>,
     /// Bytes of spill files one query may hold (e.g. 10GB; no unit:
     /// kilobytes; default none); past it the query fails with SQLSTATE
     /// 53400. `SET temp_file_limit` changes it.
@@ -394,6 +399,9 @@ fn start_traced(
     });
     if let Some(mode) = estimates {
         engine.history().set_mode(mode);
+    }
+    if let Some(entries) = global.plan_cache_size {
+        engine.plan_cache().set_capacity(entries);
     }
     if let Some(dir) = &global.data_dir {
         let config = stride_storage::durable::DataDirConfig {

@@ -70,6 +70,36 @@ fn psycopg_prepared_statements_see_every_write_and_ddl() {
 }
 
 #[test]
+fn psycopg_cached_plans_take_each_executions_values_and_see_writes() {
+    let out = run(
+        "python3",
+        &[&program("psycopg_plan_cache.py")],
+        "psycopg (plan cache)",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    let mut expected = Vec::new();
+    for label in ["prepared", "simple"] {
+        for seen in ["apple:1.50", "banana:2.00", "-", "cherry:9.99"] {
+            expected.push(format!("{label} {seen}"));
+        }
+    }
+    expected.extend(
+        [
+            "prepared on the server yes",
+            // Four runs of one shape: a miss, three hits.
+            "simple shape hits 3",
+            "dropped simple 42P01",
+            // The simple protocol plans the shape anew; the prepared
+            // statement's plan must not change its result type.
+            "retyped simple apple:many",
+            "retyped prepared 0A000",
+        ]
+        .map(String::from),
+    );
+    assert_eq!(lines, expected, "{out}");
+}
+
+#[test]
 fn jdbc_prepared_statements_see_every_write_and_ddl() {
     let out = run(
         "java",

@@ -17,6 +17,9 @@
 //!
 //! * `prepared` — `Prepare`/`Bind`/`Execute`: statements bound once, run
 //!   with parameter values, rebound to current table snapshots;
+//! * `plan_cache` — optimized plans kept for re-binding: a prepared
+//!   statement's own, and the engine's LRU of simple-protocol statement
+//!   shapes (`literal_mask`: literals masked where provably safe);
 //! * `query` — running queries and their scalar subqueries, summing their
 //!   scheduler accounting; `EXPLAIN` and planning without running;
 //! * `stream` — requests whose query results stream to a receiver (the
@@ -61,7 +64,9 @@ mod cursor;
 mod ddl;
 mod dml;
 mod insert_source;
+mod literal_mask;
 mod place;
+mod plan_cache;
 mod prepared;
 mod query;
 mod set;
@@ -70,6 +75,7 @@ mod txn;
 
 pub use catalog_views::PgContext;
 pub use copy::{CopyIn, CopyOut};
+pub use plan_cache::{PlanCache, PlanCacheStats, DEFAULT_PLAN_CACHE_SIZE};
 pub use prepared::Prepared;
 pub use stream::ResultReceiver;
 use txn::TransactionState;
@@ -248,6 +254,8 @@ pub struct Engine {
     placed_memory: Arc<stride_storage::placement::PlacedMemory>,
     /// The scheduler topology's node ids (what placements deal rows to).
     nodes: Arc<[usize]>,
+    /// Optimized plans of simple-protocol statement shapes.
+    plan_cache: PlanCache,
 }
 
 impl std::fmt::Debug for Engine {
@@ -352,7 +360,14 @@ impl Engine {
             }),
             data_dir: std::sync::OnceLock::new(),
             security_persisted: std::sync::Mutex::new(0),
+            plan_cache: PlanCache::new(DEFAULT_PLAN_CACHE_SIZE),
         })
+    }
+
+    /// The cache of simple-protocol statement shapes' plans
+    /// (`stride.plan_cache_size`).
+    pub fn plan_cache(&self) -> &PlanCache {
+        &self.plan_cache
     }
 
     /// The engine's scan defaults (`--placement`, `--affinity`).
@@ -527,6 +542,8 @@ impl Engine {
             )
             .map(Some),
             "storage" => crate::storage_view::storage_table(self.data_dir()).map(Some),
+            "plan_cache" => self.plan_cache.entries_table(viewer).map(Some),
+            "plan_cache_stats" => self.plan_cache.stats_table().map(Some),
             "storage_tables" => {
                 crate::storage_view::storage_tables_table(&self.catalog, self.data_dir().is_some())
                     .map(Some)
@@ -765,6 +782,17 @@ impl Session {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     self.interrupt.check()?;
                     let bind_start = Instant::now();
+                    let text = verbatim.clone().unwrap_or_else(|| stmt.to_string());
+                    let refuse = match self.run_through_cache(&stmt, &text, bind_start) {
+                        plan_cache::Through::Ran(output) => {
+                            let mut output = output?;
+                            if let StatementOutput::Query(q) = &mut output {
+                                q.planning += parsing.take().unwrap_or_default();
+                            }
+                            return Ok(output);
+                        }
+                        plan_cache::Through::Full(refuse) => refuse,
+                    };
                     let mut prepared = self.prepare_statement(stmt)?;
                     if let Some(text) = &verbatim {
                         prepared.sql.clone_from(text);
@@ -773,6 +801,11 @@ impl Session {
                     let mut output = self.run_prepared(&prepared, Vec::new())?;
                     if let StatementOutput::Query(q) = &mut output {
                         q.planning += binding + parsing.take().unwrap_or_default();
+                    }
+                    if let Some(key) = refuse {
+                        // The statement plans with its literals but not
+                        // with them masked: plan its shape in full.
+                        self.engine.plan_cache.refuse(key);
                     }
                     Ok(output)
                 }))
@@ -851,6 +884,14 @@ impl Session {
 
     /// Type coercion and logical optimization.
     pub fn optimize(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        crate::join_order::reorder_joins(self.optimize_unordered(plan)?)
+    }
+
+    /// [`Session::optimize`] but for Stride's join ordering, which reads
+    /// the literals' range selectivities and the tables' current sizes: a
+    /// cached plan's joins are ordered at each execution, once its values
+    /// and snapshots are bound (`plan_cache`).
+    fn optimize_unordered(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         crate::lower::refuse_not_in_inside_disjunctions(&plan)?;
         let options = &self.engine.options;
         let plan = crate::coerce::float_literals(plan)?;
@@ -864,10 +905,9 @@ impl Session {
             context: OptimizerContext::new(),
             functions: &self.engine.functions,
         };
-        let optimized = crate::interrupt::optimizer(&self.interrupt)
+        crate::interrupt::optimizer(&self.interrupt)
             .optimize(analyzed, &settings, |_, _| {})
-            .map_err(SqlError::from)?;
-        crate::join_order::reorder_joins(optimized)
+            .map_err(SqlError::from)
     }
 
     /// Session id (unique per engine).
@@ -1035,12 +1075,7 @@ impl Session {
             LogicalPlan::DescribeTable(_) => Err(SqlError::Unsupported("DESCRIBE".into())),
             query => self.logged(sql, |s| {
                 let optimized = s.optimize(query)?;
-                s.interrupt.check()?;
-                let planning = start.elapsed();
-                let receiver = if stream { s.receiver.clone() } else { None };
-                let mut out = s.run_query_to(&optimized, receiver.as_deref())?;
-                out.planning += planning;
-                Ok(StatementOutput::Query(out))
+                s.run_planned(&optimized, stream, start)
             }),
         }
     }

@@ -13,6 +13,7 @@ use datafusion_sql::parser::Statement as DFStatement;
 use datafusion_sql::sqlparser::ast::Statement as SqlStatement;
 use stride_storage::Table;
 
+use super::plan_cache::CachedPlan;
 use super::set::show_schema;
 use super::txn::TxnOp;
 use super::{command, external, panic_text, reject_unsupported_syntax, Session, StatementOutput};
@@ -46,7 +47,9 @@ enum PreparedKind {
     Transaction(TxnOp),
     /// `CHECKPOINT`.
     Checkpoint,
-    Plan(LogicalPlan),
+    /// A bound statement and, where it may be kept (`plan_cache`), its
+    /// optimized plan: executions re-bind and lower that one.
+    Plan(LogicalPlan, Option<Arc<CachedPlan>>),
     /// `DEALLOCATE name` (`Some`) or `DEALLOCATE ALL`.
     Deallocate(Option<String>),
     /// `DISCARD ALL`: settings back to their defaults, every prepared
@@ -258,6 +261,58 @@ impl Session {
                 });
             }
         }
+        // A query whose text the engine's cache holds is neither bound nor
+        // optimized again (the extended protocol's Parse of an unnamed
+        // statement, a simple-protocol statement whose shape is not cached).
+        let text_key =
+            (self.engine.plan_cache.capacity() > 0 && is_query(&stmt)).then(|| self.text_key(&sql));
+        if let Some(key) = &text_key {
+            if let Some(cached) = self.cached_text(key) {
+                return Ok(Prepared {
+                    param_types: cached.param_types.iter().cloned().map(Some).collect(),
+                    schema: Some(Arc::new(cached.bound.schema().as_arrow().clone())),
+                    kind: PreparedKind::Plan(cached.bound.clone(), Some(cached)),
+                    sql,
+                });
+            }
+        }
+        let start = std::time::Instant::now();
+        let (plan, param_types) = self.bind_statement(stmt)?;
+        let schema = match &plan {
+            LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) => None,
+            LogicalPlan::Explain(_) => Some(Arc::new(Schema::new(vec![Field::new(
+                "QUERY PLAN",
+                DataType::Utf8,
+                false,
+            )]))),
+            query => Some(Arc::new(query.schema().as_arrow().clone())),
+        };
+        // Optimized now, once, unless the plan may not be kept; an
+        // optimizer error is reported by the execution that plans in full.
+        let cached = match param_types.iter().cloned().collect::<Option<Vec<_>>>() {
+            Some(types) if self.engine.plan_cache.capacity() > 0 => {
+                self.cacheable_plan(plan.clone(), types).ok().flatten()
+            }
+            _ => None,
+        };
+        if let (Some(key), Some(cached)) = (text_key, &cached) {
+            self.remember_text(key, cached, start.elapsed());
+        }
+        Ok(Prepared {
+            kind: PreparedKind::Plan(plan, cached.map(Arc::new)),
+            param_types,
+            schema,
+            sql,
+        })
+    }
+
+    /// Binds a statement (SQL to a logical plan, checked for depth,
+    /// `sum(int8)` widened): the plan and its parameters' types, `None`
+    /// where the statement does not determine one.
+    pub(super) fn bind_statement(
+        &mut self,
+        stmt: DFStatement,
+    ) -> Result<(LogicalPlan, Vec<Option<DataType>>)> {
         self.check_not_aborted()?;
         // A block reads the catalog as of its first statement.
         self.take_snapshot();
@@ -280,21 +335,7 @@ impl Session {
         let param_types = (1..=count)
             .map(|i| types.remove(&format!("${i}")).flatten())
             .collect();
-        let schema = match &plan {
-            LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) => None,
-            LogicalPlan::Explain(_) => Some(Arc::new(Schema::new(vec![Field::new(
-                "QUERY PLAN",
-                DataType::Utf8,
-                false,
-            )]))),
-            query => Some(Arc::new(query.schema().as_arrow().clone())),
-        };
-        Ok(Prepared {
-            kind: PreparedKind::Plan(plan),
-            param_types,
-            schema,
-            sql,
-        })
+        Ok((plan, param_types))
     }
 
     /// Runs a prepared statement with values for its parameters.
@@ -420,9 +461,22 @@ impl Session {
                     Ok(command(tag))
                 })
             }
-            PreparedKind::Plan(plan) => {
+            PreparedKind::Plan(plan, cached) => {
                 // A block reads the catalog as of its first statement.
                 self.take_snapshot();
+                if let Some(cached) = cached {
+                    let typed = params.len() == cached.param_types.len()
+                        && params
+                            .iter()
+                            .zip(&cached.param_types)
+                            .all(|(v, t)| &v.data_type() == t);
+                    if typed {
+                        let start = std::time::Instant::now();
+                        let bound = self.bind_cached(cached, params)?;
+                        self.authorize(&cached.bound)?;
+                        return self.run_bound(bound, &prepared.sql, true, start);
+                    }
+                }
                 let plan = self.bind_for_execution(plan, params)?;
                 self.dispatch(plan, &prepared.sql, true)
             }
@@ -449,7 +503,7 @@ impl Session {
     /// Binds a prepared plan's table scans (subqueries' included) to the
     /// current snapshots of the tables they name, and system views to fresh
     /// ones.
-    fn rebind(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+    pub(super) fn rebind(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         let current = |origin: &SourceOrigin| -> Result<Arc<Table>> {
             match origin {
                 SourceOrigin::Catalog { schema, table } => {
@@ -493,6 +547,11 @@ impl Session {
         .map(|t| t.data)
         .map_err(SqlError::from)
     }
+}
+
+/// Whether `stmt` is a query (`SELECT`, `WITH`, `VALUES`, …).
+fn is_query(stmt: &DFStatement) -> bool {
+    matches!(stmt, DFStatement::Statement(s) if matches!(s.as_ref(), SqlStatement::Query(_)))
 }
 
 /// Whether `sql` is the statement `CHECKPOINT` (which the SQL parser does

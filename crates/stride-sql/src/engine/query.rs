@@ -11,7 +11,7 @@ use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_common::ScalarValue;
 use datafusion_expr::{Expr, LogicalPlan};
 
-use super::{external, QueryOutput, ResultReceiver, Session};
+use super::{external, QueryOutput, ResultReceiver, Session, StatementOutput};
 use crate::error::{PlanKind, Result, SqlError};
 use crate::lower::Lowerer;
 
@@ -36,6 +36,22 @@ impl Session {
             nodes: self.engine.nodes().clone(),
             memory_bound_bytes_per_sec: defaults.memory_bound_bytes_per_sec,
         }
+    }
+
+    /// Runs a statement's optimized plan, its result streamed to the
+    /// request's receiver where `stream`; its planning counted from `start`.
+    pub(super) fn run_planned(
+        &self,
+        plan: &LogicalPlan,
+        stream: bool,
+        start: Instant,
+    ) -> Result<StatementOutput> {
+        self.interrupt.check()?;
+        let planning = start.elapsed();
+        let receiver = if stream { self.receiver.clone() } else { None };
+        let mut out = self.run_query_to(plan, receiver.as_deref())?;
+        out.planning += planning;
+        Ok(StatementOutput::Query(out))
     }
 
     /// Runs an optimized query plan: scalar subqueries first, then the plan.

@@ -38,6 +38,21 @@ impl Session {
                 self.engine
                     .set_temp_directory(std::path::Path::new(value))?;
             }
+            "stride.plan_cache_size" => {
+                let entries = if value.eq_ignore_ascii_case("default") {
+                    super::DEFAULT_PLAN_CACHE_SIZE
+                } else {
+                    value.parse::<usize>().map_err(|_| {
+                        SqlError::setting(
+                            SettingKind::InvalidValue,
+                            format!(
+                                "invalid value for parameter \"{variable}\": \"{value}\" (a number of entries, 0: off)"
+                            ),
+                        )
+                    })?
+                };
+                self.engine.plan_cache().set_capacity(entries);
+            }
             "stride.checkpoint_log_size" => {
                 let bytes = crate::settings::memory_size(variable, value)?;
                 match self.engine.data_dir() {
@@ -101,6 +116,10 @@ impl Session {
                 ));
                 all.push(("stride.temp_directory".into(), self.engine.temp_directory()));
                 all.push((
+                    "stride.plan_cache_size".into(),
+                    self.engine.plan_cache().capacity().to_string(),
+                ));
+                all.push((
                     "temp_file_limit".into(),
                     crate::settings::show_temp_file_limit(self.engine.spill_area().file_limit()),
                 ));
@@ -116,6 +135,10 @@ impl Session {
                 crate::settings::show_size(self.query_memory_limit()),
             )],
             "stride.temp_directory" => vec![(variable.into(), self.engine.temp_directory())],
+            "stride.plan_cache_size" => vec![(
+                variable.into(),
+                self.engine.plan_cache().capacity().to_string(),
+            )],
             "stride.checkpoint_log_size" => vec![(
                 variable.into(),
                 self.engine.data_dir().map_or_else(

@@ -11,6 +11,12 @@
 //! query once per round) measures each query after the others, as it runs
 //! in a mix at low load, and spreads a noisy second of the machine over
 //! every query instead of a few.
+//!
+//! In-process, each query's planning (parse, bind, optimize, lower) is
+//! printed too: its first run's — the plan cache's miss when the engine's
+//! cache was cold — and the median of its measured runs, which hit the
+//! cache where their statement's shape repeats (see
+//! `stride-sql/src/engine/plan_cache.rs`).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -102,13 +108,16 @@ pub fn measure(
     let print = plan.print;
     for suite in suites {
         let mut conn = target.acquire(suite.schema)?;
+        let cache_before = target.engine().map(|e| e.plan_cache().stats());
         if print {
             println!("\nschema {}", suite.schema);
             println!(
-                "{:<6} {:>10} {:>10} {:>10} {:>8}",
-                "query", "median_ms", "min_ms", "max_ms", "rows"
+                "{:<6} {:>10} {:>10} {:>10} {:>8} {:>13} {:>12}",
+                "query", "median_ms", "min_ms", "max_ms", "rows", "plan_first_ms", "plan_med_ms"
             );
         }
+        // Per query: the planning of its first run (warm-up or not).
+        let mut first_plan: Vec<Option<f64>> = vec![None; suite.queries.len()];
         // Per query: (latency, phases) of each measured run, and its rows.
         let mut times: Vec<Vec<(f64, Option<Phases>)>> = vec![Vec::new(); suite.queries.len()];
         let mut rows = vec![0; suite.queries.len()];
@@ -127,6 +136,9 @@ pub fn measure(
                 format!("{}.{}{what}", suite.schema, q.name)
             })?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
+            if made[i] == 1 {
+                first_plan[i] = info.phases.map(|p| p.planning_ms);
+            }
             if !measured {
                 continue;
             }
@@ -151,8 +163,16 @@ pub fn measure(
             });
         }
         let (mut sum, mut log_sum) = (0.0, 0.0);
+        let (mut firsts, mut cached) = (Vec::new(), Vec::new());
         for (i, q) in suite.queries.iter().enumerate() {
             let times = &mut times[i];
+            let mut planning: Vec<f64> = times
+                .iter()
+                .filter_map(|(_, p)| p.map(|p| p.planning_ms))
+                .collect();
+            let plan_median = median_of(&mut planning);
+            firsts.extend(first_plan[i]);
+            cached.extend(plan_median);
             times.sort_by(|a, b| a.0.total_cmp(&b.0));
             let median = times[times.len() / 2];
             let stat = IsoStat {
@@ -165,9 +185,16 @@ pub fn measure(
             sum += stat.median_ms;
             log_sum += stat.median_ms.max(1e-6).ln();
             if print {
+                let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
                 println!(
-                    "{:<6} {:>10.2} {:>10.2} {:>10.2} {:>8}",
-                    q.name, stat.median_ms, stat.min_ms, stat.max_ms, stat.rows
+                    "{:<6} {:>10.2} {:>10.2} {:>10.2} {:>8} {:>13} {:>12}",
+                    q.name,
+                    stat.median_ms,
+                    stat.min_ms,
+                    stat.max_ms,
+                    stat.rows,
+                    opt(first_plan[i]),
+                    opt(plan_median)
                 );
             }
             iso.by_schema
@@ -183,6 +210,21 @@ pub fn measure(
                 (log_sum / suite.queries.len() as f64).exp(),
                 suite.queries.len()
             );
+            if let (Some(first), Some(med), Some(before)) =
+                (median_of(&mut firsts), median_of(&mut cached), cache_before)
+            {
+                let after = target
+                    .engine()
+                    .map(|e| e.plan_cache().stats())
+                    .unwrap_or(before);
+                println!(
+                    "planning (parse+plan) median over queries: first_run_ms={first:.3} \
+                     measured_runs_ms={med:.3} plan_cache_hits={} misses={} size={}",
+                    after.hits - before.hits,
+                    after.misses - before.misses,
+                    after.capacity
+                );
+            }
         }
     }
     // Fill in the samples' base latencies now that medians are known.
@@ -192,6 +234,13 @@ pub fn measure(
         s.isolated_phases = stat.and_then(|st| st.phases);
     }
     Ok(iso)
+}
+
+/// The median of `values` (the upper one of an even count); `None` when
+/// there are none.
+fn median_of(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
 }
 
 #[cfg(test)]

@@ -428,6 +428,7 @@ mod tests {
             estimates: None,
             memory_limit: None,
             temp_dir: None,
+            plan_cache_size: None,
             temp_file_limit: None,
             query_memory_limit: None,
             data_dir: None,
