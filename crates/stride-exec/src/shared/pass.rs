@@ -1,0 +1,84 @@
+//! The shared pass: the one task set of a batch's resource group. Each
+//! task cuts morsels of the table once and runs every attached member's
+//! pipeline on each, while its rows are in cache.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use stride_sched::{FinalizeContext, FollowUps, TaskContext, TaskError, TaskOutcome, TaskSetWork};
+
+use crate::placed_source::{PlacedSource, ScanOrder};
+use crate::source::{Source, Taken};
+
+use super::batch::Batch;
+use super::member::Member;
+
+/// A batch's pass over its table.
+#[derive(Debug)]
+pub(crate) struct SharedPass {
+    name: String,
+    /// Every column of the table (members project their own).
+    source: PlacedSource,
+    /// The members at the start (fixed; a member that leaves closes its
+    /// gate and is skipped).
+    members: Vec<Arc<Member>>,
+}
+
+impl SharedPass {
+    pub(crate) fn new(batch: &Batch, members: Vec<Arc<Member>>) -> Self {
+        let columns = (0..batch.table.schema().fields().len()).collect();
+        SharedPass {
+            name: format!(
+                "shared scan {} (batch {}, {} members)",
+                batch.table.name(),
+                batch.id,
+                members.len()
+            ),
+            source: PlacedSource::new(
+                batch.table.name(),
+                batch.table.blocks().clone(),
+                columns,
+                batch.placement.clone(),
+                ScanOrder::Any,
+            ),
+            members,
+        }
+    }
+}
+
+impl TaskSetWork for SharedPass {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn run_task(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
+        let start = Instant::now();
+        let outcome = loop {
+            let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
+                break Ok(TaskOutcome::Yielded);
+            };
+            let morsel = match self.source.take(rows, ctx) {
+                Ok(Taken::Morsel(m)) => m,
+                Ok(Taken::Dry) => break Ok(TaskOutcome::Exhausted),
+                Ok(Taken::NodeDry(affinity)) => break Ok(TaskOutcome::NodeDry(affinity)),
+                Err(e) => break Err(TaskError::new(e)),
+            };
+            let mut live = 0;
+            for member in &self.members {
+                live += usize::from(member.run(&morsel.slices, ctx.worker()));
+            }
+            ctx.morsel_done(morsel.rows());
+            if live == 0 {
+                // Every member left, failed or has all it needs.
+                break Ok(TaskOutcome::Exhausted);
+            }
+        };
+        self.source.task_ran(start.elapsed());
+        outcome
+    }
+
+    fn finalize(&self, _cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
+        self.source.finish();
+        Ok(FollowUps::new())
+    }
+}
