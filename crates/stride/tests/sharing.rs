@@ -340,3 +340,37 @@ fn sharing_settings_and_the_batches_view() {
         ]]
     );
 }
+
+/// A member cancelled while its batch still forms leaves at once, and the
+/// batch it leaves empty is dropped: the next queries form a batch of
+/// their own.
+#[test]
+fn a_member_cancelled_while_its_batch_forms_leaves_nothing_behind() {
+    let engine = engine(2, 64, Duration::from_secs(600), 2);
+    let queries = instances(&["q6"], 3, 3);
+    let expected = alone(&engine, &queries);
+    let before = last_batch(&engine);
+    let mut first = engine.session();
+    first.set_default_schema("sf0_001").unwrap();
+    first.execute("set stride.sharing = scans").unwrap();
+    let interrupt = first.interrupt();
+    let sql = queries[0].1.clone();
+    let waiting = std::thread::spawn(move || first.query(&sql).map(|_| ()));
+    // Alone in a batch of two with a long cycle, it waits until cancelled.
+    std::thread::sleep(Duration::from_millis(500));
+    interrupt.cancel();
+    let outcome = waiting.join().unwrap();
+    assert!(
+        matches!(outcome, Err(stride_sql::SqlError::Cancelled)),
+        "{outcome:?}"
+    );
+    let outcomes = together(&engine, &queries[1..]);
+    for ((name, sql), outcome) in queries[1..].iter().zip(outcomes) {
+        let rows = outcome.unwrap_or_else(|e| panic!("{name} shared: {e}\n{sql}"));
+        same_rows(name, sql, &rows, &expected[sql]);
+    }
+    assert_eq!(
+        batches_since(&engine, before),
+        vec![("lineitem".to_string(), 2, 0, 0)]
+    );
+}

@@ -27,7 +27,8 @@ pub const RECENT_BATCHES: usize = 1000;
 pub struct BatchRecord {
     pub batch: u64,
     pub table: String,
-    /// The how-manieth pass over this table snapshot (1-based).
+    /// The how-manieth pass over this table snapshot (and placement) since
+    /// its stream was last idle — no pass running, none forming (1-based).
     pub cycle: u64,
     pub members: usize,
     /// Members that left before the pass ended (cancelled).
@@ -341,6 +342,39 @@ impl SharedScans {
         }
     }
 
+    /// A forming batch whose members all left is dropped from its stream
+    /// (and the stream, if idle), so that it does not keep the snapshot.
+    fn abandon_if_empty(&self, batch: &Arc<Batch>) {
+        let mut streams = self.lock_streams();
+        let key = Arc::as_ptr(batch.table.blocks()) as *const () as usize;
+        let Some(list) = streams.get_mut(&key) else {
+            return;
+        };
+        let Some(stream) = list
+            .iter_mut()
+            .find(|s| s.forming.as_ref().is_some_and(|f| Arc::ptr_eq(f, batch)))
+        else {
+            return;
+        };
+        let mut st = batch.lock();
+        if !st.members.iter().all(|m| m.detached()) {
+            return;
+        }
+        stream.forming = None;
+        let outcome = Outcome {
+            result: Err(Failure::Cancelled),
+            started: Instant::now(),
+            members: st.members.len(),
+            members_time: Duration::ZERO,
+        };
+        batch.set_phase(&mut st, Phase::Done(Arc::new(outcome)));
+        drop(st);
+        list.retain(|s| s.running > 0 || s.forming.is_some());
+        if list.is_empty() {
+            streams.remove(&key);
+        }
+    }
+
     /// The member's side: waits until its batch's pass ended, starting the
     /// batch when it is due (a member's thread, never a worker, waits
     /// here). A cancel detaches the member and returns "cancelled".
@@ -353,8 +387,12 @@ impl SharedScans {
         let mut st = batch.lock();
         loop {
             if member.cancel_requested() {
+                let forming = matches!(st.phase, Phase::Forming);
                 drop(st);
                 member.detach();
+                if forming {
+                    self.abandon_if_empty(batch);
+                }
                 return Err(ExecError::Query(QueryError::Cancelled));
             }
             match &st.phase {
