@@ -34,6 +34,8 @@ fn engine(workers: usize, morsel_rows: usize, cycle: Duration, max_batch: usize)
             mode: stride_exec::SharingMode::Off,
             cycle,
             max_batch,
+            // The pass's morsels as tiny as the engine's.
+            min_morsel_rows: 1,
         },
         ..Default::default()
     });

@@ -70,6 +70,7 @@ pub struct SharedScans {
     /// Cycle length, microseconds.
     cycle_us: AtomicU64,
     max_batch: AtomicUsize,
+    min_morsel_rows: AtomicUsize,
     /// Source of batch ids (Relaxed: ids only need to be unique).
     next_batch: AtomicU64,
     /// Streams by the address of their snapshot's blocks.
@@ -94,6 +95,7 @@ impl SharedScans {
             default_mode: AtomicU8::new(0),
             cycle_us: AtomicU64::new(0),
             max_batch: AtomicUsize::new(1),
+            min_morsel_rows: AtomicUsize::new(1),
             next_batch: AtomicU64::new(0),
             streams: Mutex::new(HashMap::new()),
             recent: Mutex::new(VecDeque::new()),
@@ -107,6 +109,7 @@ impl SharedScans {
             mode: SharingMode::from_u8(self.default_mode.load(Ordering::Relaxed)),
             cycle: Duration::from_micros(self.cycle_us.load(Ordering::Relaxed)),
             max_batch: self.max_batch.load(Ordering::Relaxed),
+            min_morsel_rows: self.min_morsel_rows.load(Ordering::Relaxed),
         }
     }
 
@@ -121,6 +124,8 @@ impl SharedScans {
         );
         self.max_batch
             .store(config.max_batch.max(1), Ordering::Relaxed);
+        self.min_morsel_rows
+            .store(config.min_morsel_rows.max(1), Ordering::Relaxed);
     }
 
     /// Finished batches, newest first.
@@ -211,7 +216,7 @@ impl SharedScans {
         stream.forming = None;
         stream.running += 1;
         stream.cycles += 1;
-        let pass = SharedPass::new(batch, st.members.clone());
+        let pass = SharedPass::new(batch, st.members.clone(), config.min_morsel_rows);
         batch.set_phase(
             &mut st,
             Phase::Running {

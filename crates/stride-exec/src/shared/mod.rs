@@ -52,6 +52,7 @@ use std::time::Duration;
 
 pub use hub::{BatchRecord, SharedScans, RECENT_BATCHES};
 pub use member::Member;
+pub use pass::SHARED_MORSEL_MIN_ROWS;
 pub(crate) use run::{prepare, Prelude};
 
 /// Whether a session's queries share work (`SET stride.sharing`).
@@ -116,6 +117,9 @@ pub struct SharingConfig {
     /// work of one morsel (each member's operators run on it), which a
     /// task cannot split.
     pub max_batch: usize,
+    /// Fewest rows per morsel of a shared pass (default
+    /// [`SHARED_MORSEL_MIN_ROWS`]; tests lower it to keep tiny morsels).
+    pub min_morsel_rows: usize,
 }
 
 /// Default maximum batch size: 64 members' operators on one morsel keep a
@@ -128,6 +132,7 @@ impl Default for SharingConfig {
             mode: SharingMode::Off,
             cycle: Duration::ZERO,
             max_batch: DEFAULT_MAX_BATCH,
+            min_morsel_rows: SHARED_MORSEL_MIN_ROWS,
         }
     }
 }

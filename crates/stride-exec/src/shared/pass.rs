@@ -13,6 +13,18 @@ use crate::source::{Source, Taken};
 use super::batch::Batch;
 use super::member::Member;
 
+/// Fewest rows a morsel of a shared pass holds by default
+/// ([`super::SharingConfig::min_morsel_rows`]). Each member's operators
+/// cost a fixed amount per morsel beside their per-row work; morsels sized
+/// for `t_max` over all members (the adaptive sizer starts at 16 rows and
+/// grows only while a morsel stays short) would shrink as the batch grows,
+/// so that the fixed costs grow with the square of its size (measured: a
+/// pass of 63 TPC-H Q1/Q6 members at SF 0.1 took 48 s). The price: a
+/// morsel of a batch of N members takes about N times a single query's
+/// morsel of this size, which bounds how long a newly arrived query may
+/// wait for a worker (`max_batch` bounds N).
+pub const SHARED_MORSEL_MIN_ROWS: usize = 2048;
+
 /// A batch's pass over its table.
 #[derive(Debug)]
 pub(crate) struct SharedPass {
@@ -22,10 +34,12 @@ pub(crate) struct SharedPass {
     /// The members at the start (fixed; a member that leaves closes its
     /// gate and is skipped).
     members: Vec<Arc<Member>>,
+    /// Fewest rows per morsel.
+    min_rows: usize,
 }
 
 impl SharedPass {
-    pub(crate) fn new(batch: &Batch, members: Vec<Arc<Member>>) -> Self {
+    pub(crate) fn new(batch: &Batch, members: Vec<Arc<Member>>, min_rows: usize) -> Self {
         let columns = (0..batch.table.schema().fields().len()).collect();
         SharedPass {
             name: format!(
@@ -42,6 +56,7 @@ impl SharedPass {
                 ScanOrder::Any,
             ),
             members,
+            min_rows: min_rows.max(1),
         }
     }
 }
@@ -57,6 +72,7 @@ impl TaskSetWork for SharedPass {
             let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
                 break Ok(TaskOutcome::Yielded);
             };
+            let rows = rows.max(self.min_rows);
             let morsel = match self.source.take(rows, ctx) {
                 Ok(Taken::Morsel(m)) => m,
                 Ok(Taken::Dry) => break Ok(TaskOutcome::Exhausted),
