@@ -5,17 +5,17 @@ use std::time::Duration;
 
 use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
-use stride_sched::{
-    Canceller, GroupFacts, QueryError, QueryHandle, QueryStats, Scheduler, TaskSetWork,
-};
+use stride_sched::{GroupFacts, QueryError, QueryHandle, QueryStats, Scheduler, TaskSetWork};
 
 use crate::buffer::Buffer;
+use crate::cancel::Canceller;
 use crate::error::{ExecError, Result};
 use crate::memory::QueryMemory;
 use crate::operator::materialize::MaterializeSink;
 use crate::operator::Sink;
 use crate::pipeline::{compile, compile_into};
 use crate::plan::PhysicalPlan;
+use crate::shared::{Prelude, SharedScans};
 use crate::stream::{
     Pull, ResultStream, StreamConfig, StreamEnd, StreamOrder, StreamSink, StreamedBatch,
 };
@@ -49,28 +49,44 @@ pub fn execute(
         scheduler,
         GroupFacts::default(),
         &QueryMemory::unbounded(),
+        None,
         &mut |_| {},
     )
 }
 
 /// As [`execute`], with what is known about the query, the account its
-/// memory is charged to (the result included), and a callback that receives
-/// a [`Canceller`] once the query is submitted and `None` when it completed
-/// (so that another thread can cancel it meanwhile).
+/// memory is charged to (the result included), the engine's shared scans
+/// when the query may share one ([`crate::shared`]), and a callback that
+/// receives a [`Canceller`] once the query (or each phase of a sharing
+/// query) is submitted and `None` when it completed (so that another thread
+/// can cancel it meanwhile).
 pub fn execute_with(
     plan: &PhysicalPlan,
     schema: SchemaRef,
     scheduler: &Scheduler,
     facts: GroupFacts,
     memory: &Arc<QueryMemory>,
+    sharing: Option<&Arc<SharedScans>>,
     on_running: &mut dyn FnMut(Option<Canceller>),
 ) -> Result<ExecOutput> {
     let result = Arc::new(Buffer::in_memory(memory.clone(), "query result"));
     let sink = Arc::new(MaterializeSink::new(result.clone(), 0, "result"));
-    let (handle, count) = submit(plan, sink, scheduler, facts, memory)?;
-    on_running(Some(handle.canceller()));
+    let submitted = submit(plan, sink, scheduler, facts, memory, sharing, on_running);
+    let (handle, count, prelude) = match submitted {
+        Ok(s) => s,
+        Err(e) => {
+            on_running(None);
+            close_spill(memory);
+            return Err(e);
+        }
+    };
+    on_running(Some(Canceller::group(handle.canceller())));
     let outcome = handle.wait();
     on_running(None);
+    let outcome = outcome.map(|stats| match prelude {
+        Some(p) => p.join(stats),
+        None => stats,
+    });
     let collected = outcome.map_err(unwrap_query_error).and_then(|stats| {
         // From here on the result is the caller's, outside the query's account.
         let batches = result
@@ -117,13 +133,16 @@ pub struct Consumer<'a> {
 /// consumer's `deliver` on the calling thread as soon as the
 /// [`ResultStream`] releases it (in the order its config asks for), while
 /// the query runs. A `deliver` error (the client went away) cancels the
-/// query and is returned once the query stopped.
+/// query and is returned once the query stopped. A query that shares a
+/// scan (`sharing`, [`crate::shared`]) streams from its last group, after
+/// the shared pass.
 pub fn execute_streaming(
     plan: &PhysicalPlan,
     schema: SchemaRef,
     scheduler: &Scheduler,
     facts: GroupFacts,
     memory: &Arc<QueryMemory>,
+    sharing: Option<&Arc<SharedScans>>,
     consumer: Consumer<'_>,
 ) -> Result<StreamOutput> {
     let Consumer {
@@ -133,9 +152,17 @@ pub fn execute_streaming(
     } = consumer;
     let stream = Arc::new(ResultStream::new(memory.clone(), config));
     let sink = Arc::new(StreamSink::new(stream.clone()));
-    let (handle, count) = submit(plan, sink, scheduler, facts, memory)?;
+    let submitted = submit(plan, sink, scheduler, facts, memory, sharing, on_running);
+    let (handle, count, prelude) = match submitted {
+        Ok(s) => s,
+        Err(e) => {
+            on_running(None);
+            close_spill(memory);
+            return Err(e);
+        }
+    };
     let canceller = handle.canceller();
-    on_running(Some(handle.canceller()));
+    on_running(Some(Canceller::group(handle.canceller())));
     let mut rows = 0;
     let mut handle = Some(handle);
     let outcome = std::thread::scope(|scope| {
@@ -184,7 +211,13 @@ pub fn execute_streaming(
         outcome
     });
     on_running(None);
-    let outcome = outcome.map(|stats| with_memory(stats, memory));
+    let outcome = outcome.map(|stats| {
+        let stats = match prelude {
+            Some(p) => p.join(stats),
+            None => stats,
+        };
+        with_memory(stats, memory)
+    });
     close_spill(memory);
     Ok(StreamOutput {
         schema,
@@ -195,21 +228,30 @@ pub fn execute_streaming(
 }
 
 /// Compiles `plan` with `sink` at its end and submits it as one resource
-/// group; returns its handle and how many pipelines it has.
+/// group — or, sharing a scan, runs the phases up to the shared pass first
+/// and submits the query's last group; returns its handle, how many
+/// pipelines the query has, and what ran before the last group.
 fn submit(
     plan: &PhysicalPlan,
     sink: Arc<dyn Sink>,
     scheduler: &Scheduler,
     facts: GroupFacts,
     memory: &Arc<QueryMemory>,
-) -> Result<(QueryHandle, usize)> {
+    sharing: Option<&Arc<SharedScans>>,
+    on_running: &mut dyn FnMut(Option<Canceller>),
+) -> Result<(QueryHandle, usize, Option<Prelude>)> {
     let pipelines = compile_into(plan, scheduler.config().workers, sink, memory)?;
     let count = pipelines.len();
+    if let Some(hub) = sharing {
+        let prepared = crate::shared::prepare(pipelines, scheduler, facts, hub, on_running)?;
+        let handle = scheduler.submit_with(prepared.task_sets, prepared.facts);
+        return Ok((handle, count, prepared.prelude));
+    }
     let task_sets: Vec<Arc<dyn TaskSetWork>> = pipelines
         .into_iter()
         .map(|p| Arc::new(p) as Arc<dyn TaskSetWork>)
         .collect();
-    Ok((scheduler.submit_with(task_sets, facts), count))
+    Ok((scheduler.submit_with(task_sets, facts), count, None))
 }
 
 /// The statistics with the query's memory peak and spilled bytes.
@@ -244,7 +286,7 @@ pub fn result_order(plan: &PhysicalPlan) -> StreamOrder {
 }
 
 /// Surfaces the executor's own error when a task failed with one.
-fn unwrap_query_error(e: QueryError) -> ExecError {
+pub(crate) fn unwrap_query_error(e: QueryError) -> ExecError {
     match e {
         QueryError::Failed(task) => match task.0.downcast::<ExecError>() {
             Ok(exec) => *exec,

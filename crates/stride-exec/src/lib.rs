@@ -28,10 +28,14 @@
 //! * [`step`] — split finalizations: a breaker's merge as task sets of parts;
 //! * [`stream`] — a result streamed to its consumer while the query runs:
 //!   a bounded, charged queue that parks surplus on disk;
+//! * [`shared`] — shared scans: concurrent queries' leaf pipelines over one
+//!   table snapshot run on one pass of morsels, batch by batch;
+//! * [`cancel`] — the `Canceller` a running query publishes;
 //! * [`executor`] — running a plan on a scheduler and collecting or
 //!   streaming its result.
 
 pub mod buffer;
+pub mod cancel;
 pub mod error;
 pub mod executor;
 pub mod hash;
@@ -42,11 +46,13 @@ pub mod placed_source;
 pub mod placement;
 pub mod plan;
 pub mod seq;
+pub mod shared;
 pub mod source;
 pub mod spill;
 pub mod step;
 pub mod stream;
 
+pub use cancel::Canceller;
 pub use error::{ErrorKind, ExecError, Result};
 pub use executor::{
     execute, execute_streaming, execute_with, result_order, Consumer, ExecOutput, StreamOutput,
@@ -54,9 +60,10 @@ pub use executor::{
 pub use memory::{MemoryPool, QueryMemory};
 pub use plan::PhysicalPlan;
 pub use seq::MorselSeq;
+pub use shared::{SharedScans, SharingConfig, SharingMode};
 pub use spill::{QuerySpill, SpillArea};
 pub use stream::{StreamConfig, StreamOrder, StreamedBatch};
-pub use stride_sched::{Canceller, QueryStats};
+pub use stride_sched::QueryStats;
 
 use std::sync::Arc;
 

@@ -27,7 +27,7 @@ use crate::operator::{Deferred, Demand, Operator, Sink};
 use crate::placed_source::{PlacedSource, ScanOrder};
 use crate::plan::PhysicalPlan;
 use crate::seq::MorselSeq;
-use crate::source::{BlockSource, Blocks, Source, Taken};
+use crate::source::{BlockSource, Blocks, Morsel, Source, Taken};
 use crate::step::StepTaskSet;
 
 /// One pipeline, run as one task set.
@@ -37,8 +37,21 @@ pub struct Pipeline {
     pub source: Arc<dyn Source>,
     pub operators: Vec<Arc<dyn Operator>>,
     pub sink: Arc<dyn Sink>,
+    /// The table scan its source reads, when it is one (what a shared
+    /// scan, [`crate::shared`], may read in its place).
+    pub scan: Option<ScanOrigin>,
     /// What its finalization does once the source finished.
     then: Then,
+}
+
+/// The table scan a pipeline's source was compiled from.
+#[derive(Debug, Clone)]
+pub struct ScanOrigin {
+    pub table: Arc<stride_storage::Table>,
+    /// Columns of the table the pipeline reads, in its order.
+    pub projection: Vec<usize>,
+    pub placement: crate::placement::ScanPlacement,
+    pub order: ScanOrder,
 }
 
 /// What a pipeline's finalization does after its source's finish.
@@ -114,6 +127,7 @@ impl Pipeline {
             source,
             operators,
             sink,
+            scan: None,
             then: Then::Finish,
         }
     }
@@ -177,31 +191,50 @@ impl Pipeline {
                 Taken::NodeDry(affinity) => return Ok(TaskOutcome::NodeDry(affinity)),
             };
             let rows = morsel.rows();
-            // The runs of consecutive rows the morsel covers: one for a
-            // block source's morsel, more where a placed source joined
-            // distant extents (each slice starts at its sequence number).
-            let mut covered: Vec<(MorselSeq, usize)> = Vec::with_capacity(1);
-            for (seq, batch) in &morsel.slices {
-                match covered.last_mut() {
-                    Some((first, n)) if first.position() + *n as u64 == seq.position() => {
-                        *n += batch.num_rows();
-                    }
-                    _ => covered.push((*seq, batch.num_rows())),
-                }
-            }
             let stop = || ctx.stop_requested();
-            for (seq, batch) in morsel.slices {
-                self.push(0, seq, &Cell::new(0), batch, ctx.worker(), &stop)?;
-            }
-            if ctx.stop_requested() {
+            if !self.process_morsel(morsel, ctx.worker(), &stop)? {
                 // Cancelled mid-morsel: the rest of it goes with the query.
                 return Ok(TaskOutcome::Yielded);
             }
-            for (seq, n) in covered {
-                self.sink.morsel_done(seq, n);
-            }
             ctx.morsel_done(rows);
         }
+    }
+}
+
+impl Pipeline {
+    /// Pushes one morsel's slices through the operators into the sink and
+    /// reports its runs of rows to the sink; `false` when `stop` cut it
+    /// short (the rest of the morsel is dropped with the query). A shared
+    /// scan ([`crate::shared`]) calls it for each member on the one morsel
+    /// it cut.
+    pub(crate) fn process_morsel(
+        &self,
+        morsel: Morsel,
+        worker: usize,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        // The runs of consecutive rows the morsel covers: one for a
+        // block source's morsel, more where a placed source joined
+        // distant extents (each slice starts at its sequence number).
+        let mut covered: Vec<(MorselSeq, usize)> = Vec::with_capacity(1);
+        for (seq, batch) in &morsel.slices {
+            match covered.last_mut() {
+                Some((first, n)) if first.position() + *n as u64 == seq.position() => {
+                    *n += batch.num_rows();
+                }
+                _ => covered.push((*seq, batch.num_rows())),
+            }
+        }
+        for (seq, batch) in morsel.slices {
+            self.push(0, seq, &Cell::new(0), batch, worker, stop)?;
+        }
+        if stop() {
+            return Ok(false);
+        }
+        for (seq, n) in covered {
+            self.sink.morsel_done(seq, n);
+        }
+        Ok(true)
     }
 }
 
@@ -255,6 +288,7 @@ fn next_pass(
                     .chain(rest.iter().cloned())
                     .collect(),
                 sink: sink.clone(),
+                scan: None,
                 then: if i == last {
                     Then::NextPass {
                         deferred: deferred.clone(),
@@ -285,6 +319,9 @@ pub(crate) struct Compiler {
     /// table (below a LIMIT, up to the next breaker).
     order: ScanOrder,
     pipelines: Vec<Pipeline>,
+    /// The table scans compiled so far, by the source each became (a
+    /// pipeline closed over one of these sources records its origin).
+    scans: Vec<(Arc<dyn Source>, ScanOrigin)>,
     /// The query's memory account, charged by every breaker and buffer.
     pub(crate) memory: Arc<QueryMemory>,
 }
@@ -292,8 +329,14 @@ pub(crate) struct Compiler {
 impl Compiler {
     pub(crate) fn close(&mut self, open: Open, sink: Arc<dyn Sink>) {
         let id = self.pipelines.len();
-        self.pipelines
-            .push(Pipeline::new(id, open.source, open.operators, sink));
+        let scan = self
+            .scans
+            .iter()
+            .find(|(source, _)| Arc::ptr_eq(source, &open.source))
+            .map(|(_, origin)| origin.clone());
+        let mut pipeline = Pipeline::new(id, open.source, open.operators, sink);
+        pipeline.scan = scan;
+        self.pipelines.push(pipeline);
     }
 
     pub(crate) fn read(buffer: Arc<Buffer>, name: &str) -> Open {
@@ -322,16 +365,28 @@ impl Compiler {
                 projection,
                 placement,
                 ..
-            } => Open {
-                source: Arc::new(PlacedSource::new(
+            } => {
+                let source: Arc<dyn Source> = Arc::new(PlacedSource::new(
                     table.name(),
                     table.blocks().clone(),
                     projection.clone(),
                     placement.clone(),
                     self.order,
-                )),
-                operators: Vec::new(),
-            },
+                ));
+                self.scans.push((
+                    source.clone(),
+                    ScanOrigin {
+                        table: table.clone(),
+                        projection: projection.clone(),
+                        placement: placement.clone(),
+                        order: self.order,
+                    },
+                ));
+                Open {
+                    source,
+                    operators: Vec::new(),
+                }
+            }
             PhysicalPlan::Values { batches, .. } => Open {
                 source: Arc::new(BlockSource::new(Blocks::Batches {
                     name: "values".to_string(),
@@ -476,6 +531,7 @@ pub fn compile_into(
         workers: workers.max(1),
         order: ScanOrder::Any,
         pipelines: Vec::new(),
+        scans: Vec::new(),
         memory: memory.clone(),
     };
     let open = c.compile(plan)?;

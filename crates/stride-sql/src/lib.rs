@@ -32,6 +32,8 @@
 //!   `stride.workers`;
 //! * [`numa_view`] — the system view `stride.numa`: per memory node, its
 //!   workers' busy time and where their morsels lived;
+//! * [`sharing_view`] — the system view `stride.batches`: finished batches
+//!   of shared scans;
 //! * [`storage_view`] — the system views `stride.storage` and
 //!   `stride.storage_tables` (the data directory's state);
 //! * [`pg_catalog`] — `pg_catalog` and `information_schema` as views over
@@ -61,6 +63,7 @@ pub mod pg_functions;
 pub mod roles;
 pub mod scram;
 pub mod settings;
+pub mod sharing_view;
 pub mod storage_view;
 pub mod window;
 pub mod window_functions;

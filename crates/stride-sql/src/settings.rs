@@ -11,6 +11,9 @@
 //! | `stride.query_memory_limit`  | session | a size: one query of this session        |
 //! | `stride.placement`           | session | first-touch, interleave, rr, pp, pax, default |
 //! | `stride.affinity`            | session | os, target, bound, auto, default        |
+//! | `stride.sharing`             | session | off, scans, default: share scans with concurrent queries |
+//! | `stride.sharing_cycle`       | engine  | a time (ms): how long a batch forms at least |
+//! | `stride.sharing_max_batch`   | engine  | an integer ≥ 1: most queries in one batch |
 //! | `stride.temp_directory`      | engine  | an existing directory: where queries spill |
 //! | `temp_file_limit`            | engine  | a size (no unit: kB), -1: spill files of one query |
 //! | `stride.plan_cache_size`     | engine  | entries of the plan cache (default 512), 0: off |
@@ -69,6 +72,9 @@ pub struct SessionSettings {
     /// How this session's scans treat that placement; `None`: the engine's
     /// default (`--affinity`).
     pub affinity: Option<stride_exec::placement::Affinity>,
+    /// Whether this session's queries share scans; `None`: the engine's
+    /// default (`--sharing`).
+    pub sharing: Option<stride_exec::SharingMode>,
     /// PostgreSQL settings, lower-case names.
     pg: BTreeMap<String, String>,
 }
@@ -81,6 +87,7 @@ impl Default for SessionSettings {
             query_memory_limit: None,
             placement: None,
             affinity: None,
+            sharing: None,
             pg: PG_SETTINGS
                 .iter()
                 .map(|(k, v, _)| (k.to_string(), v.to_string()))
@@ -163,6 +170,22 @@ impl SessionSettings {
                 self.affinity = parse_default_or(name, value)?;
                 Ok(())
             }
+            "stride.sharing" => {
+                self.sharing =
+                    if value.eq_ignore_ascii_case("default") {
+                        None
+                    } else {
+                        Some(value.parse().map_err(
+                            |e: stride_exec::shared::UnknownSharingMode| {
+                                SqlError::setting(
+                                    SettingKind::InvalidValue,
+                                    format!("invalid value for parameter \"{name}\": {e}"),
+                                )
+                            },
+                        )?)
+                    };
+                Ok(())
+            }
             "stride.workers" => Err(SqlError::setting(
                 SettingKind::ReadOnly,
                 "stride.workers is read-only (start the server with --workers)",
@@ -229,6 +252,7 @@ impl SessionSettings {
             ),
             "stride.placement" => Some(show_default_or(self.placement)),
             "stride.affinity" => Some(show_default_or(self.affinity)),
+            "stride.sharing" => Some(show_default_or(self.sharing)),
             _ => self.pg.get(name).cloned(),
         }
     }
@@ -246,6 +270,7 @@ impl SessionSettings {
         ));
         out.push(("stride.placement".into(), show_default_or(self.placement)));
         out.push(("stride.affinity".into(), show_default_or(self.affinity)));
+        out.push(("stride.sharing".into(), show_default_or(self.sharing)));
         out.sort();
         out
     }
@@ -325,6 +350,33 @@ pub fn show_size(bytes: usize) -> String {
     format!("{bytes}B")
 }
 
+/// Parses `stride.sharing_max_batch`: at least one query per batch.
+pub fn max_batch(value: &str) -> Result<usize> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(SqlError::setting(
+            SettingKind::InvalidValue,
+            format!(
+                "invalid value for parameter \"stride.sharing_max_batch\": \"{value}\" (an integer of at least 1)"
+            ),
+        )),
+    }
+}
+
+/// Parses `stride.sharing_cycle` (a time, milliseconds without a unit).
+pub fn sharing_cycle(value: &str) -> Result<std::time::Duration> {
+    duration_ms(value)
+        .map(std::time::Duration::from_millis)
+        .ok_or_else(|| {
+            SqlError::setting(
+                SettingKind::InvalidValue,
+                format!(
+                    "invalid value for parameter \"stride.sharing_cycle\": \"{value}\" (a time such as 0, 5ms or 1s)"
+                ),
+            )
+        })
+}
+
 /// Parses a policy name for `SET stride.policy`.
 pub fn parse_policy(value: &str) -> Result<Policy> {
     Policy::parse(value).ok_or_else(|| {
@@ -378,6 +430,26 @@ mod tests {
         assert_eq!(show_size(1536 << 20), "1536MB");
         assert_eq!(show_size(4 << 30), "4GB");
         assert_eq!(show_size(1000), "1000B");
+    }
+
+    #[test]
+    fn sharing_settings_are_validated() {
+        let mut s = SessionSettings::default();
+        assert_eq!(s.get("stride.sharing").unwrap(), "default");
+        s.set("stride.sharing", "SCANS").unwrap();
+        assert_eq!(s.sharing, Some(stride_exec::SharingMode::Scans));
+        assert_eq!(s.get("stride.sharing").unwrap(), "scans");
+        assert!(s.set("stride.sharing", "batches").is_err());
+        assert_eq!(s.sharing, Some(stride_exec::SharingMode::Scans));
+        s.set("stride.sharing", "default").unwrap();
+        assert_eq!(s.sharing, None);
+        assert_eq!(max_batch("64").unwrap(), 64);
+        for bad in ["0", "-3", "many"] {
+            assert!(max_batch(bad).is_err(), "{bad}");
+        }
+        assert_eq!(sharing_cycle("5ms").unwrap().as_millis(), 5);
+        assert_eq!(sharing_cycle("1s").unwrap().as_millis(), 1000);
+        assert!(sharing_cycle("-1").is_err());
     }
 
     #[test]

@@ -99,6 +99,20 @@ struct GlobalArgs {
     /// A session may set `stride.affinity`.
     #[arg(long, global = true, value_name = "AFFINITY")]
     affinity: Option<stride_exec::placement::Affinity>,
+    /// Whether queries share scans of the same table snapshot with the
+    /// concurrent queries that read it (issue 21, seed 003 §2.2): off (the
+    /// default) or scans. A session may set `stride.sharing`.
+    #[arg(long, global = true, value_name = "MODE")]
+    sharing: Option<stride_exec::SharingMode>,
+    /// How long a batch of shared scans forms at least, from its first
+    /// query's arrival, in ms (default 0: the queries that arrive while a
+    /// pass runs form the next one). `SET stride.sharing_cycle` changes it.
+    #[arg(long, global = true, value_name = "MS")]
+    sharing_cycle_ms: Option<u64>,
+    /// Most queries in one batch of shared scans (default 64).
+    /// `SET stride.sharing_max_batch` changes it.
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    sharing_max_batch: Option<u64>,
     /// Hand-over morsels in µs: a worker's morsels while a group it ranks
     /// first is between two task sets (default 100; 0: off).
     #[arg(long, global = true, value_name = "US")]
@@ -391,11 +405,22 @@ fn start_traced(
     if let Some(a) = global.affinity {
         scans.affinity = a;
     }
+    let mut sharing = stride_exec::SharingConfig::default();
+    if let Some(mode) = global.sharing {
+        sharing.mode = mode;
+    }
+    if let Some(ms) = global.sharing_cycle_ms {
+        sharing.cycle = std::time::Duration::from_millis(ms);
+    }
+    if let Some(n) = global.sharing_max_batch {
+        sharing.max_batch = n as usize;
+    }
     let engine = Engine::new(EngineConfig {
         scheduler,
         memory,
         spill,
         scans,
+        sharing,
     });
     if let Some(mode) = estimates {
         engine.history().set_mode(mode);

@@ -87,6 +87,9 @@ pub struct EngineConfig {
     pub memory: MemoryConfig,
     pub spill: SpillConfig,
     pub scans: ScanDefaults,
+    /// Shared scans: the default mode of sessions (`--sharing`), cycle
+    /// length and maximum batch size (`stride_exec::shared`).
+    pub sharing: stride_exec::SharingConfig,
 }
 
 /// How table scans are placed and scheduled unless a session sets
@@ -256,6 +259,8 @@ pub struct Engine {
     nodes: Arc<[usize]>,
     /// Optimized plans of simple-protocol statement shapes.
     plan_cache: PlanCache,
+    /// Shared scans: batches of queries over one table snapshot.
+    sharing: Arc<stride_exec::SharedScans>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -338,6 +343,7 @@ impl Engine {
             catalog: Arc::new(Catalog::new()),
             scheduler: Scheduler::new(config.scheduler),
             scans: config.scans,
+            sharing: Arc::new(stride_exec::SharedScans::new(config.sharing)),
             nodes,
             placed_memory: Arc::new(stride_storage::placement::PlacedMemory::new(
                 stride_storage::placement::PlacedMemoryConfig { backing },
@@ -373,6 +379,11 @@ impl Engine {
     /// The engine's scan defaults (`--placement`, `--affinity`).
     pub fn scan_defaults(&self) -> ScanDefaults {
         self.scans
+    }
+
+    /// The engine's shared scans (`stride.sharing`, `stride.batches`).
+    pub fn sharing(&self) -> &Arc<stride_exec::SharedScans> {
+        &self.sharing
     }
 
     /// Where placed tables' rows live ([`Self::nodes`]' memory).
@@ -544,6 +555,7 @@ impl Engine {
             "storage" => crate::storage_view::storage_table(self.data_dir()).map(Some),
             "plan_cache" => self.plan_cache.entries_table(viewer).map(Some),
             "plan_cache_stats" => self.plan_cache.stats_table().map(Some),
+            "batches" => crate::sharing_view::batches_table(&self.sharing).map(Some),
             "storage_tables" => {
                 crate::storage_view::storage_tables_table(&self.catalog, self.data_dir().is_some())
                     .map(Some)

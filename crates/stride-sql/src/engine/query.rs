@@ -88,11 +88,13 @@ impl Session {
             Some(self.engine.spill_area().query()),
         );
         let scheduler = &self.engine.scheduler;
+        let sharing =
+            (self.sharing_mode() == stride_exec::SharingMode::Scans).then(|| self.engine.sharing());
         let on_running = &mut |canceller| interrupt.publish(canceller);
         let (schema, batches, streamed, stats) = match receiver {
             None => {
                 let out = stride_exec::execute_with(
-                    &physical, schema, scheduler, facts, &memory, on_running,
+                    &physical, schema, scheduler, facts, &memory, sharing, on_running,
                 )
                 .map_err(|e| self.exec_error(e))?;
                 (out.schema, out.batches, None, out.stats)
@@ -116,7 +118,7 @@ impl Session {
                     },
                 };
                 let out = stride_exec::execute_streaming(
-                    &physical, schema, scheduler, facts, &memory, consumer,
+                    &physical, schema, scheduler, facts, &memory, sharing, consumer,
                 );
                 // The receiver's own error (the client went away) is the
                 // statement's, not the executor's.

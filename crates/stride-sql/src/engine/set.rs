@@ -34,6 +34,22 @@ impl Session {
                 let bytes = crate::settings::memory_size(variable, value)?;
                 self.engine.set_memory_limit(bytes);
             }
+            "stride.sharing_cycle" => {
+                let cycle = crate::settings::sharing_cycle(value)?;
+                let sharing = self.engine.sharing();
+                sharing.set_config(stride_exec::SharingConfig {
+                    cycle,
+                    ..sharing.config()
+                });
+            }
+            "stride.sharing_max_batch" => {
+                let max_batch = crate::settings::max_batch(value)?;
+                let sharing = self.engine.sharing();
+                sharing.set_config(stride_exec::SharingConfig {
+                    max_batch,
+                    ..sharing.config()
+                });
+            }
             "stride.temp_directory" => {
                 self.engine
                     .set_temp_directory(std::path::Path::new(value))?;
@@ -115,6 +131,8 @@ impl Session {
                     crate::settings::show_size(self.query_memory_limit()),
                 ));
                 all.push(("stride.temp_directory".into(), self.engine.temp_directory()));
+                all.push(("stride.sharing_cycle".into(), self.sharing_cycle()));
+                all.push(("stride.sharing_max_batch".into(), self.sharing_max_batch()));
                 all.push((
                     "stride.plan_cache_size".into(),
                     self.engine.plan_cache().capacity().to_string(),
@@ -139,6 +157,8 @@ impl Session {
                 variable.into(),
                 self.engine.plan_cache().capacity().to_string(),
             )],
+            "stride.sharing_cycle" => vec![(variable.into(), self.sharing_cycle())],
+            "stride.sharing_max_batch" => vec![(variable.into(), self.sharing_max_batch())],
             "stride.checkpoint_log_size" => vec![(
                 variable.into(),
                 self.engine.data_dir().map_or_else(
@@ -198,6 +218,26 @@ impl Session {
             planning: Duration::ZERO,
             execution: Duration::ZERO,
         }))
+    }
+}
+
+impl Session {
+    /// `stride.sharing_cycle` as SHOW gives it (milliseconds, as
+    /// `statement_timeout`).
+    fn sharing_cycle(&self) -> String {
+        format!("{}ms", self.engine.sharing().config().cycle.as_millis())
+    }
+
+    fn sharing_max_batch(&self) -> String {
+        self.engine.sharing().config().max_batch.to_string()
+    }
+
+    /// Whether this session's queries may share scans: its
+    /// `stride.sharing`, else the engine's default.
+    pub(crate) fn sharing_mode(&self) -> stride_exec::SharingMode {
+        self.settings
+            .sharing
+            .unwrap_or_else(|| self.engine.sharing().config().mode)
     }
 }
 
