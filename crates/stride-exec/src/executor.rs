@@ -71,15 +71,8 @@ pub fn execute_with(
 ) -> Result<ExecOutput> {
     let result = Arc::new(Buffer::in_memory(memory.clone(), "query result"));
     let sink = Arc::new(MaterializeSink::new(result.clone(), 0, "result"));
-    let submitted = submit(plan, sink, scheduler, facts, memory, sharing, on_running);
-    let (handle, count, prelude) = match submitted {
-        Ok(s) => s,
-        Err(e) => {
-            on_running(None);
-            close_spill(memory);
-            return Err(e);
-        }
-    };
+    let (handle, count, prelude) =
+        submit(plan, sink, scheduler, facts, memory, sharing, on_running)?;
     on_running(Some(Canceller::group(handle.canceller())));
     let outcome = handle.wait();
     on_running(None);
@@ -152,15 +145,8 @@ pub fn execute_streaming(
     } = consumer;
     let stream = Arc::new(ResultStream::new(memory.clone(), config));
     let sink = Arc::new(StreamSink::new(stream.clone()));
-    let submitted = submit(plan, sink, scheduler, facts, memory, sharing, on_running);
-    let (handle, count, prelude) = match submitted {
-        Ok(s) => s,
-        Err(e) => {
-            on_running(None);
-            close_spill(memory);
-            return Err(e);
-        }
-    };
+    let (handle, count, prelude) =
+        submit(plan, sink, scheduler, facts, memory, sharing, on_running)?;
     let canceller = handle.canceller();
     on_running(Some(Canceller::group(handle.canceller())));
     let mut rows = 0;
@@ -232,6 +218,25 @@ pub fn execute_streaming(
 /// and submits the query's last group; returns its handle, how many
 /// pipelines the query has, and what ran before the last group.
 fn submit(
+    plan: &PhysicalPlan,
+    sink: Arc<dyn Sink>,
+    scheduler: &Scheduler,
+    facts: GroupFacts,
+    memory: &Arc<QueryMemory>,
+    sharing: Option<&Arc<SharedScans>>,
+    on_running: &mut dyn FnMut(Option<Canceller>),
+) -> Result<(QueryHandle, usize, Option<Prelude>)> {
+    let submitted = try_submit(plan, sink, scheduler, facts, memory, sharing, on_running);
+    if submitted.is_err() {
+        // Nothing runs: the caller's view of the query ends here, and so
+        // does its spill directory.
+        on_running(None);
+        close_spill(memory);
+    }
+    submitted
+}
+
+fn try_submit(
     plan: &PhysicalPlan,
     sink: Arc<dyn Sink>,
     scheduler: &Scheduler,

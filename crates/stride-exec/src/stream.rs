@@ -211,8 +211,6 @@ struct State {
     /// The last pipeline is paused until the consumer drained the backlog:
     /// the resumer of the task that paused it (see the module docs).
     paused: Option<Resumer>,
-    /// The most bytes the backlog held (memory and disk).
-    backlog_peak: usize,
 }
 
 impl State {
@@ -349,7 +347,6 @@ impl ResultStream {
         };
         let releasable = self.releasable(&state, seq);
         state.entries.insert((seq, n), entry);
-        state.backlog_peak = state.backlog_peak.max(state.backlog());
         drop(state);
         if releasable {
             self.changed.notify_one();
@@ -427,12 +424,6 @@ impl ResultStream {
         } else {
             None
         }
-    }
-
-    /// The most bytes of result the stream held at once, in memory and on
-    /// disk, not yet taken by the consumer.
-    pub fn backlog_peak(&self) -> usize {
-        self.lock().backlog_peak
     }
 
     /// Whether a batch at `seq` may be handed out now.

@@ -104,9 +104,4 @@ impl Resumer {
         shared.masks.push(MaskKind::Return, self.slot);
         shared.idle.wake(shared.config.workers);
     }
-
-    /// The slot this resumer un-pauses.
-    pub fn slot(&self) -> usize {
-        self.slot
-    }
 }
