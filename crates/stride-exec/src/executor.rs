@@ -176,7 +176,8 @@ pub fn execute_streaming(
                 }
                 Ok(Pull::Drained) => match handle.take() {
                     Some(h) => break h.wait().map_err(unwrap_query_error),
-                    // The waiter reports the completion.
+                    // The waiter reports the completion; the next pull
+                    // waits for it.
                     None => continue,
                 },
                 Ok(Pull::Ended(stats)) => break Ok(*stats),

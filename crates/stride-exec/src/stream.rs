@@ -206,6 +206,11 @@ struct State {
     watermark: Watermark,
     /// The sink finished: every batch arrived.
     finished: bool,
+    /// [`Pull::Drained`] was handed out: it is said once, and later pulls
+    /// wait for the completion (a consumer that asks again while a waiter
+    /// thread reports the completion must block, not spin beside the
+    /// workers that still finish the query).
+    drained_told: bool,
     /// The query ended: its outcome, taken by the consumer at the end.
     ended: Option<std::result::Result<QueryStats, QueryError>>,
     /// The last pipeline is paused until the consumer drained the backlog:
@@ -253,6 +258,8 @@ pub enum Pull {
     Batch(StreamedBatch),
     /// The sink finished and every batch was taken, and no completion was
     /// reported to the stream: the caller waits for the query's handle.
+    /// Said once; later pulls wait (up to their patience) for
+    /// [`ResultStream::end`].
     Drained,
     /// The query completed (reported by [`ResultStream::end`]) and every
     /// batch was taken: its statistics (boxed: batches are the common
@@ -534,7 +541,9 @@ impl ResultStream {
                 Some(Ok(stats)) => Some(Next::End(Box::new(stats))),
                 other => {
                     state.ended = other;
-                    state.finished.then_some(Next::Drained)
+                    let drained = state.finished && !state.drained_told;
+                    state.drained_told |= drained;
+                    drained.then_some(Next::Drained)
                 }
             });
         };
@@ -749,6 +758,15 @@ mod tests {
         stream.finish();
         assert_eq!(first(&next(&stream).unwrap()), 0);
         assert!(matches!(stream.pull(Duration::ZERO), Ok(Pull::Drained)));
+        // Said once: asking again waits for the completion instead of
+        // returning at once (a consumer loop would spin on it).
+        assert!(matches!(stream.pull(Duration::ZERO), Ok(Pull::Idle)));
+        let waited = Instant::now();
+        assert!(matches!(
+            stream.pull(Duration::from_millis(20)),
+            Ok(Pull::Idle)
+        ));
+        assert!(waited.elapsed() >= Duration::from_millis(20));
         stream.end(Ok(QueryStats::default()));
         assert!(matches!(stream.pull(Duration::ZERO), Ok(Pull::Ended(_))));
     }
