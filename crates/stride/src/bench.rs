@@ -13,6 +13,7 @@
 
 mod driver;
 mod isolated;
+mod machine;
 mod mix;
 mod mixed;
 mod numa;
@@ -555,6 +556,9 @@ fn spin_cmd(args: &SpinArgs, global: &GlobalArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     );
+    if let Some(machine) = &run.machine {
+        println!("{}", machine.line());
+    }
     let measured = (tp.stable_to_s - tp.stable_from_s) as f64;
     stats::summarize_run(&stats::points(&run.json), measured)
         .print(&mut std::io::stdout(), false)?;

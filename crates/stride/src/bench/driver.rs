@@ -60,6 +60,9 @@ pub struct PgTarget {
 pub struct ServerStats {
     pub cpu_ms: f64,
     pub estimated_cpu_ms: Option<f64>,
+    /// Morsels the request's queries ran and the tuples in them.
+    pub morsels: u64,
+    pub tuples: u64,
 }
 
 /// The comment that tags a request: `/* stride-bench <n> */`.
@@ -146,7 +149,7 @@ impl Target {
         }
         let client = pg.open(None)?;
         let rows = pg.runtime.block_on(client.simple_query(
-            "select query, cpu_ms, estimated_cpu_ms from stride.queries \
+            "select query, cpu_ms, estimated_cpu_ms, morsels, tuples from stride.queries \
              where state = 'done' and query like '/* stride-bench %'",
         ))?;
         let mut stats = HashMap::new();
@@ -166,7 +169,12 @@ impl Target {
                 let s = stats.entry(tag).or_insert(ServerStats {
                     cpu_ms: 0.0,
                     estimated_cpu_ms: Some(0.0),
+                    morsels: 0,
+                    tuples: 0,
                 });
+                let count = |i: usize| r.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                s.morsels += count(3);
+                s.tuples += count(4);
                 s.cpu_ms += cpu_ms;
                 s.estimated_cpu_ms = s.estimated_cpu_ms.zip(estimated_cpu_ms).map(|(a, b)| a + b);
             }
@@ -282,6 +290,34 @@ impl Target {
         }
     }
 
+    /// A Stride server over the wire (one that lists `stride.queries`).
+    pub fn is_stride_server(&self) -> bool {
+        matches!(self, Target::Pg(pg) if pg.tags)
+    }
+
+    /// The rows of a query sent over the wire as text (`None` for NULL), on
+    /// a pooled connection; an in-process target answers an error.
+    pub fn query_text(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
+        let Target::Pg(pg) = self else {
+            bail!("query_text needs a server target");
+        };
+        let conn = self.acquire("")?;
+        let Conn::Pg(client) = &conn else {
+            unreachable!("a PostgreSQL target hands out clients")
+        };
+        let messages = pg.runtime.block_on(client.simple_query(sql));
+        self.release("", conn);
+        Ok(messages?
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
     /// The engine, when the target is in-process.
     pub fn engine(&self) -> Option<&Arc<Engine>> {
         match self {
@@ -342,6 +378,9 @@ pub struct RunInfo {
     pub estimated_cpu_ms: Option<f64>,
     /// The CPU time those queries' tasks took (in-process only).
     pub task_cpu_ms: Option<f64>,
+    /// Morsels those queries ran and the tuples in them (in-process only).
+    pub morsels: u64,
+    pub tuples: u64,
     /// The request's tag on a Stride server ([`Target::server_stats`]).
     pub tag: Option<u64>,
 }
@@ -363,6 +402,8 @@ impl Conn {
                             .get_or_insert_with(Phases::default)
                             .add(&Phases::of(&q));
                         *info.task_cpu_ms.get_or_insert(0.0) += ms(q.stats.cpu_time);
+                        info.morsels += q.stats.morsels;
+                        info.tuples += q.stats.tuples;
                         estimated = estimated.zip(q.stats.estimated_cpu).map(|(e, d)| e + ms(d));
                     }
                 }
@@ -389,6 +430,8 @@ impl Conn {
                     groups: Vec::new(),
                     estimated_cpu_ms: None,
                     task_cpu_ms: None,
+                    morsels: 0,
+                    tuples: 0,
                     tag,
                 })
             }

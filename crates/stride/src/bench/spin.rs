@@ -15,6 +15,7 @@ use rand::SeedableRng;
 use serde_json::{json, Value};
 
 use super::driver::Target;
+use super::machine::{MachineProbe, MachineUse};
 use super::mix::{Isolated, Mix, SPIN};
 use super::progress::Progress;
 use super::stats::{points, summarize_run, Sample};
@@ -77,12 +78,19 @@ pub fn throughput(ends: &[f64], duration_s: f64, warmup_s: f64, window: usize) -
     }
 }
 
+/// A completion's end, its (tuples, morsels) where the request reports them
+/// (in-process), and its server tag to read them back from a Stride server.
+type Completion = (f64, u64, u64, Option<u64>);
+
 pub struct SpinRun {
     /// The instant sample times count from.
     pub t0: Instant,
     pub samples: Vec<Sample>,
     pub json: Value,
     pub throughput: Throughput,
+    /// How the workers were used in the stable window (`None` for a server
+    /// that is not Stride).
+    pub machine: Option<MachineUse>,
 }
 
 pub fn run(
@@ -122,16 +130,25 @@ pub fn run(
             .map(|c| c.queries.iter().map(|_| AtomicU64::new(0)).collect())
             .collect(),
     );
+    let morsel_log: Arc<Mutex<Vec<Completion>>> = Arc::default();
     let t0 = Instant::now();
+    let probe = MachineProbe::start(
+        target.clone(),
+        t0,
+        std::time::Duration::from_secs_f64(cfg.warmup_s.ceil()),
+        std::time::Duration::from_secs_f64(cfg.duration_s.floor()),
+        std::time::Duration::from_millis(if target.engine().is_some() { 20 } else { 250 }),
+    )?;
     let threads: Vec<_> = (0..cfg.clients)
         .map(|client| {
-            let (target, mix, iso, samples, in_flight, submitted) = (
+            let (target, mix, iso, samples, in_flight, submitted, morsel_log) = (
                 target.clone(),
                 mix.clone(),
                 iso.clone(),
                 samples.clone(),
                 in_flight.clone(),
                 submitted.clone(),
+                morsel_log.clone(),
             );
             let (arrived, done) = (progress.arrived.clone(), progress.done.clone());
             let (duration, seed) = (cfg.duration_s, cfg.seed.wrapping_add(client as u64));
@@ -141,6 +158,7 @@ pub fn run(
                 .spawn(move || {
                     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
                     let mut mine = Vec::new();
+                    let mut my_morsels = Vec::new();
                     while t0.elapsed().as_secs_f64() < duration {
                         let (c, q) = mix.draw(&mut rng);
                         let class = &mix.classes[c];
@@ -158,6 +176,9 @@ pub fn run(
                         let end = t0.elapsed().as_secs_f64();
                         in_flight.fetch_sub(1, Ordering::Relaxed);
                         done.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(r) = &result {
+                            my_morsels.push((end, r.tuples, r.morsels, r.tag));
+                        }
                         mine.push(Sample {
                             query: query.name.clone(),
                             class: class.name.clone(),
@@ -186,6 +207,10 @@ pub fn run(
                             server_tag: None,
                         });
                     }
+                    morsel_log
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(my_morsels);
                     samples
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -212,6 +237,23 @@ pub fn run(
         .map(|s| s.end)
         .collect();
     let tp = throughput(&ends, cfg.duration_s, cfg.warmup_s, cfg.window_s);
+    let in_window = |end: f64| end >= tp.stable_from_s as f64 && end < tp.stable_to_s as f64;
+    let server = target.server_stats()?;
+    let morsels = morsel_log
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|m| in_window(m.0))
+        .fold((0u64, 0u64), |(t, m), &(_, tuples, morsels, tag)| match tag
+            .and_then(|tag| server.get(&tag))
+        {
+            Some(s) => (t + s.tuples, m + s.morsels),
+            None => (t + tuples, m + morsels),
+        });
+    let machine = probe.finish(
+        (morsels.1 > 0).then_some(morsels),
+        target.engine().is_some(),
+    )?;
     let mut json = json!({
         "kind": "spin",
         "system": target.system(),
@@ -231,6 +273,7 @@ pub fn run(
             "window_s": cfg.window_s,
             "per_second": tp.per_second, "moving_average": tp.moving_average,
         },
+        "machine": machine.as_ref().map(MachineUse::to_json),
         "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
     });
     mix.params.annotate(&mut json);
@@ -241,6 +284,7 @@ pub fn run(
         samples,
         json,
         throughput: tp,
+        machine,
     })
 }
 
