@@ -18,7 +18,10 @@
 //! * **active groups** — resource groups admitted and not completed, the
 //!   scheduler's "queries in flight" (mean and peak of the samples);
 //! * **peak RSS** — the process's high-water mark (`VmHWM`), in-process only
-//!   (a server's is not visible over the wire).
+//!   (a server's is not visible over the wire);
+//! * **minor faults/s** — pages the process touched for the first time
+//!   (fresh allocations the kernel zero-fills) per second of the window,
+//!   from `/proc/self/stat`, in-process only.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,6 +118,15 @@ fn active_groups(target: &Target) -> Result<Option<usize>> {
         .and_then(|v| v.parse().ok()))
 }
 
+/// The process's minor page faults so far (field 10 of /proc/self/stat).
+pub fn minor_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces:
+    // fields are counted after its closing one, which is field 2's end.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(7)?.parse().ok()
+}
+
 /// The process's peak resident set (`VmHWM` of /proc/self/status), bytes.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -134,6 +146,8 @@ pub struct MachineUse {
     /// Mean and peak of the active-group samples.
     pub active_groups: Option<(f64, usize)>,
     pub peak_rss_bytes: Option<u64>,
+    /// Minor page faults in the window (in-process only).
+    pub minor_faults: Option<u64>,
 }
 
 impl MachineUse {
@@ -165,6 +179,7 @@ impl MachineUse {
             "active_groups_mean": self.active_groups.map(|(m, _)| m),
             "active_groups_peak": self.active_groups.map(|(_, p)| p),
             "peak_rss_bytes": self.peak_rss_bytes,
+            "minor_faults_per_s": self.minor_faults.map(|n| self.per_second(n)),
         })
     }
 
@@ -189,6 +204,9 @@ impl MachineUse {
         if let Some(rss) = self.peak_rss_bytes {
             s += &format!(", peak RSS {:.2} GiB", rss as f64 / (1u64 << 30) as f64);
         }
+        if let Some(n) = self.minor_faults {
+            s += &format!(", {:.0} minor faults/s", self.per_second(n));
+        }
         s
     }
 }
@@ -205,6 +223,8 @@ pub struct MachineProbe {
 pub struct Window {
     start: WorkerCounters,
     end: WorkerCounters,
+    /// Minor faults at both ends (in-process: this process is the engine).
+    faults: Option<(u64, u64)>,
     workers: usize,
     elapsed: Duration,
     groups: Vec<usize>,
@@ -231,6 +251,8 @@ impl MachineProbe {
                 let Some((start, workers)) = WorkerCounters::read(&target)? else {
                     return Ok(None);
                 };
+                let in_process = target.engine().is_some();
+                let faults_at_start = minor_faults().filter(|_| in_process);
                 let began = Instant::now();
                 let mut groups = Vec::new();
                 let mut next = began;
@@ -244,12 +266,14 @@ impl MachineProbe {
                 let Some((end, _)) = WorkerCounters::read(&target)? else {
                     return Ok(None);
                 };
+                let faults = faults_at_start.zip(minor_faults());
                 Ok(Some(Window {
                     start,
                     end,
                     workers,
                     elapsed: began.elapsed(),
                     groups,
+                    faults,
                 }))
             })?;
         Ok(MachineProbe { thread })
@@ -276,6 +300,7 @@ impl MachineProbe {
                 (mean, w.groups.iter().copied().max().unwrap_or(0))
             }),
             peak_rss_bytes: if in_process { peak_rss_bytes() } else { None },
+            minor_faults: w.faults.map(|(a, b)| b.saturating_sub(a)),
         }))
     }
 }
@@ -299,6 +324,7 @@ mod tests {
             morsels: Some((1_000_000, 250)),
             active_groups: Some((6.5, 8)),
             peak_rss_bytes: Some(3 << 30),
+            minor_faults: Some(1000),
         };
         assert!((m.busy_share() - 0.75).abs() < 1e-12);
         assert_eq!(m.mean_morsel_tuples(), Some(4000.0));
@@ -307,6 +333,7 @@ mod tests {
         assert_eq!(j["idle_sleeps_per_s"], 2.0);
         assert!(m.line().contains("busy 75.0 %"), "{}", m.line());
         assert!(m.line().contains("peak RSS 3.00 GiB"), "{}", m.line());
+        assert!(m.line().contains("100 minor faults/s"), "{}", m.line());
     }
 
     #[test]
@@ -335,6 +362,19 @@ mod tests {
                 handover_tasks: 4,
             }
         );
+    }
+
+    #[test]
+    fn minor_faults_grow_when_fresh_pages_are_touched() {
+        let before = minor_faults().expect("/proc/self/stat");
+        // 32 MiB of fresh pages (no test frees that much first), one byte per page.
+        let mut v = vec![0u8; 32 << 20];
+        for i in (0..v.len()).step_by(4096) {
+            v[i] = 1;
+        }
+        std::hint::black_box(&v);
+        let after = minor_faults().expect("/proc/self/stat");
+        assert!(after > before, "{before} -> {after}");
     }
 
     #[test]
