@@ -117,12 +117,12 @@ struct GlobalArgs {
     /// first is between two task sets (default 100; 0: off).
     #[arg(long, global = true, value_name = "US")]
     handover_morsel_us: Option<u64>,
-    /// Self-tuning of the decaying priorities (seed 001 §4, stride policy):
-    /// `TRACK,REFRESH` in seconds (e.g. 20,60, the seed's values; `20 60`
-    /// works too); off when absent. Runs are listed in the system view
-    /// `stride.tuning`.
-    #[arg(long, global = true, value_name = "TRACK,REFRESH", value_parser = parse_self_tuning)]
-    self_tuning: Option<(f64, f64)>,
+    /// Self-tuning of the decaying priorities (seed 001 §4), active while the
+    /// policy is stride: `TRACK,REFRESH` in seconds (`20 60` works too), or
+    /// `off`. Default: on with the seed's 20,60. Runs are listed in the
+    /// system view `stride.tuning`.
+    #[arg(long, global = true, value_name = "TRACK,REFRESH|off", value_parser = parse_self_tuning)]
+    self_tuning: Option<SelfTuning>,
     /// Benchmarks submit every query with the specification's validation
     /// parameters instead of parameters drawn per submission.
     #[arg(long, global = true)]
@@ -189,8 +189,28 @@ fn parse_topology(value: &str) -> std::result::Result<stride_sched::TopologySpec
         .map_err(|e: stride_sched::TopologyError| e.to_string())
 }
 
-/// Parses `--self-tuning TRACK,REFRESH` (seconds).
-fn parse_self_tuning(value: &str) -> std::result::Result<(f64, f64), String> {
+/// `--self-tuning`: the tracking and refresh intervals, or off.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum SelfTuning {
+    Off,
+    /// Track for this many seconds every that many seconds.
+    On {
+        track: f64,
+        refresh: f64,
+    },
+}
+
+/// Seed 001 §4's intervals: track 20 s every 60 s.
+const SELF_TUNING_DEFAULT: SelfTuning = SelfTuning::On {
+    track: 20.0,
+    refresh: 60.0,
+};
+
+/// Parses `--self-tuning TRACK,REFRESH` (seconds) or `off`.
+fn parse_self_tuning(value: &str) -> std::result::Result<SelfTuning, String> {
+    if value.trim().eq_ignore_ascii_case("off") {
+        return Ok(SelfTuning::Off);
+    }
     let parts: Vec<&str> = value.split(',').map(str::trim).collect();
     match parts.as_slice() {
         [track, refresh] => {
@@ -198,10 +218,13 @@ fn parse_self_tuning(value: &str) -> std::result::Result<(f64, f64), String> {
                 s.parse::<f64>()
                     .map_err(|_| format!("\"{s}\" is not a number of seconds"))
             };
-            Ok((num(track)?, num(refresh)?))
+            Ok(SelfTuning::On {
+                track: num(track)?,
+                refresh: num(refresh)?,
+            })
         }
         _ => Err(format!(
-            "expected TRACK,REFRESH in seconds, got \"{value}\""
+            "expected TRACK,REFRESH in seconds or off, got \"{value}\""
         )),
     }
 }
@@ -364,15 +387,21 @@ fn start_traced(
             a.morsels_per_task = n;
         }
     }
-    if let Some((track, refresh)) = global.self_tuning {
-        if !(track > 0.0 && refresh >= track && refresh.is_finite()) {
-            bail!("--self-tuning TRACK,REFRESH needs 0 < TRACK <= REFRESH (seconds), got {track},{refresh}");
+    // On by default: the tuner tracks and tunes only while the policy is
+    // stride (a session may switch to it), and costs worker 0 a clock read
+    // per decision otherwise.
+    scheduler.tuning = match global.self_tuning.unwrap_or(SELF_TUNING_DEFAULT) {
+        SelfTuning::Off => None,
+        SelfTuning::On { track, refresh } => {
+            if !(track > 0.0 && refresh >= track && refresh.is_finite()) {
+                bail!("--self-tuning TRACK,REFRESH needs 0 < TRACK <= REFRESH (seconds), got {track},{refresh}");
+            }
+            Some(stride_sched::TuningConfig {
+                track: std::time::Duration::from_secs_f64(track),
+                refresh: std::time::Duration::from_secs_f64(refresh),
+            })
         }
-        scheduler.tuning = Some(stride_sched::TuningConfig {
-            track: std::time::Duration::from_secs_f64(track),
-            refresh: std::time::Duration::from_secs_f64(refresh),
-        });
-    }
+    };
     let policy = global.policy.as_deref().unwrap_or("srpt");
     scheduler.policy = stride_sched::Policy::parse(policy).with_context(|| {
         format!("unknown policy \"{policy}\" (expected fifo, fair, stride, lottery, srpt, if-srpt or threshold)")
@@ -637,8 +666,18 @@ mod cli_tests {
             "stride --self-tuning=20,60 sql x",
         ] {
             let cli = parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
-            assert_eq!(cli.global.self_tuning, Some((20.0, 60.0)), "{line}");
+            assert_eq!(cli.global.self_tuning, Some(SELF_TUNING_DEFAULT), "{line}");
         }
+        let cli = parse("stride --self-tuning off serve").unwrap();
+        assert_eq!(cli.global.self_tuning, Some(SelfTuning::Off));
+        let cli = parse("stride --self-tuning 5,30 serve").unwrap();
+        assert_eq!(
+            cli.global.self_tuning,
+            Some(SelfTuning::On {
+                track: 5.0,
+                refresh: 30.0
+            })
+        );
         for bad in [
             "stride --self-tuning 20 serve",
             "stride --self-tuning 20,x serve",
