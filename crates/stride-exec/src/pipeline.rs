@@ -40,6 +40,9 @@ pub struct Pipeline {
     /// The table scan its source reads, when it is one (what a shared
     /// scan, [`crate::shared`], may read in its place).
     pub scan: Option<ScanOrigin>,
+    /// The branch of a UNION ALL this pipeline runs, when several feed its
+    /// sink: its rows' [`MorselSeq::in_input`].
+    input: Option<u32>,
     /// What its finalization does once the source finished.
     then: Then,
 }
@@ -58,17 +61,41 @@ pub struct ScanOrigin {
 #[derive(Debug)]
 enum Then {
     /// A compiled pipeline: its operators' deferred rows (in passes), then
-    /// the sink's finish.
-    Finish,
+    /// — if the pipeline is its sink's last input — the sink's finish.
+    Drain(Finishing),
     /// A run of a pass other than its last: nothing (the next run follows).
     Nothing,
     /// A pass's last run: the deferral's next pass; after the last pass,
     /// the deferred rows of the operators after the deferring one (`rest`),
-    /// then the sink's finish.
+    /// then the sink's finish (as `finishing` says).
     NextPass {
         deferred: Arc<dyn Deferred>,
         rest: Vec<Arc<dyn Operator>>,
+        finishing: Finishing,
     },
+}
+
+/// How much a pipeline's finalization finishes.
+///
+/// The branches of a UNION ALL run as pipelines of their own that share the
+/// operators after the union and the sink (the union's rows are never
+/// collected). Each branch but the last drains only the operators of its own
+/// (those before the union); the last drains them, then the shared ones —
+/// which by then have seen every branch's rows — and finishes the sink:
+///
+/// ```text
+///   branch 0:  scan a ─► filter ─┐
+///                                ├─► probe ─► aggregate sink
+///   branch 1:  scan b ───────────┘
+///   pipeline 0 (a, filter, probe → sink): drains filter          (Own(1))
+///   pipeline 1 (b, probe → sink):         drains probe, finishes (All)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Finishing {
+    /// Every operator's deferred rows, then the sink's finish.
+    All,
+    /// Only the first `n` operators' deferred rows; the sink goes on.
+    Own(usize),
 }
 
 impl Pipeline {
@@ -128,7 +155,8 @@ impl Pipeline {
             operators,
             sink,
             scan: None,
-            then: Then::Finish,
+            input: None,
+            then: Then::Drain(Finishing::All),
         }
     }
 
@@ -157,11 +185,13 @@ impl TaskSetWork for Pipeline {
         // that the sink's finish has the room.
         self.source.finish();
         Ok(match &self.then {
-            Then::Finish => drain(self.id, &self.operators, &self.sink, cx)?,
+            Then::Drain(finishing) => drain(self.id, &self.operators, *finishing, &self.sink, cx)?,
             Then::Nothing => FollowUps::new(),
-            Then::NextPass { deferred, rest } => {
-                next_pass(self.id, deferred, rest.clone(), &self.sink, cx)?
-            }
+            Then::NextPass {
+                deferred,
+                rest,
+                finishing,
+            } => next_pass(self.id, deferred, rest.clone(), *finishing, &self.sink, cx)?,
         })
     }
 }
@@ -217,6 +247,12 @@ impl Pipeline {
         // block source's morsel, more where a placed source joined
         // distant extents (each slice starts at its sequence number).
         let mut covered: Vec<(MorselSeq, usize)> = Vec::with_capacity(1);
+        let mut morsel = morsel;
+        if let Some(input) = self.input {
+            for (seq, _) in &mut morsel.slices {
+                *seq = seq.in_input(input);
+            }
+        }
         for (seq, batch) in &morsel.slices {
             match covered.last_mut() {
                 Some((first, n)) if first.position() + *n as u64 == seq.position() => {
@@ -239,19 +275,32 @@ impl Pipeline {
 }
 
 /// What follows once every row reached `operators`: the first deferring
-/// operator's passes, or — none deferring — the sink's finish.
+/// operator's passes, or — none deferring — the sink's finish (as far as
+/// `finishing` reaches, [`Finishing`]).
 fn drain(
     id: usize,
     operators: &[Arc<dyn Operator>],
+    finishing: Finishing,
     sink: &Arc<dyn Sink>,
     cx: &FinalizeContext<'_>,
 ) -> Result<FollowUps> {
-    for (k, operator) in operators.iter().enumerate() {
+    let own = match finishing {
+        Finishing::All => operators.len(),
+        Finishing::Own(n) => n.min(operators.len()),
+    };
+    for (k, operator) in operators[..own].iter().enumerate() {
         if let Some(deferred) = operator.deferred()? {
-            return next_pass(id, &deferred, operators[k + 1..].to_vec(), sink, cx);
+            let after = match finishing {
+                Finishing::All => Finishing::All,
+                Finishing::Own(n) => Finishing::Own(n - k - 1),
+            };
+            return next_pass(id, &deferred, operators[k + 1..].to_vec(), after, sink, cx);
         }
     }
-    Ok(StepTaskSet::follow_ups(sink.finish(cx)?))
+    Ok(match finishing {
+        Finishing::All => StepTaskSet::follow_ups(sink.finish(cx)?),
+        Finishing::Own(_) => FollowUps::new(),
+    })
 }
 
 /// The task sets of `deferred`'s next pass: its steps, then one pipeline
@@ -261,6 +310,7 @@ fn next_pass(
     id: usize,
     deferred: &Arc<dyn Deferred>,
     rest: Vec<Arc<dyn Operator>>,
+    finishing: Finishing,
     sink: &Arc<dyn Sink>,
     cx: &FinalizeContext<'_>,
 ) -> Result<FollowUps> {
@@ -271,7 +321,7 @@ fn next_pass(
             deferred.next_pass()?
         };
         let Some(pass) = pass else {
-            return drain(id, &rest, sink, cx);
+            return drain(id, &rest, finishing, sink, cx);
         };
         if pass.runs.is_empty() {
             continue;
@@ -289,10 +339,12 @@ fn next_pass(
                     .collect(),
                 sink: sink.clone(),
                 scan: None,
+                input: None,
                 then: if i == last {
                     Then::NextPass {
                         deferred: deferred.clone(),
                         rest: rest.clone(),
+                        finishing,
                     }
                 } else {
                     Then::Nothing
@@ -304,9 +356,57 @@ fn next_pass(
 }
 
 /// A pipeline under construction: its source and operators so far.
+///
+/// Below a UNION ALL, several inputs feed the operators pushed after the
+/// union: `branches` holds the earlier ones, each with the operators of its
+/// own; `source` is the last input's, and `operators[..own]` are its own.
+/// Closing it makes one pipeline per input, all into the one sink
+/// ([`Finishing`]). Operators pushed onto `operators` go after every input.
 pub(crate) struct Open {
     pub(crate) source: Arc<dyn Source>,
     pub(crate) operators: Vec<Arc<dyn Operator>>,
+    branches: Vec<Branch>,
+    own: usize,
+}
+
+/// An earlier input of a UNION ALL: its source and its own operators.
+struct Branch {
+    source: Arc<dyn Source>,
+    operators: Vec<Arc<dyn Operator>>,
+}
+
+impl Open {
+    /// A pipeline reading `source`, with no operators yet.
+    pub(crate) fn new(source: Arc<dyn Source>) -> Open {
+        Open {
+            source,
+            operators: Vec::new(),
+            branches: Vec::new(),
+            own: 0,
+        }
+    }
+
+    /// Every input with all the operators its rows go through, in order.
+    fn into_branches(self) -> Vec<Branch> {
+        let shared = &self.operators[self.own.min(self.operators.len())..];
+        let mut all: Vec<Branch> = self
+            .branches
+            .into_iter()
+            .map(|b| Branch {
+                source: b.source,
+                operators: b
+                    .operators
+                    .into_iter()
+                    .chain(shared.iter().cloned())
+                    .collect(),
+            })
+            .collect();
+        all.push(Branch {
+            source: self.source,
+            operators: self.operators,
+        });
+        all
+    }
 }
 
 /// Cuts a plan into pipelines. Operator modules whose operator spans
@@ -328,25 +428,55 @@ pub(crate) struct Compiler {
 
 impl Compiler {
     pub(crate) fn close(&mut self, open: Open, sink: Arc<dyn Sink>) {
+        let Open {
+            source,
+            operators,
+            branches,
+            own,
+        } = open;
+        let inputs = branches.len();
+        let shared = &operators[own.min(operators.len())..];
+        for (i, branch) in branches.into_iter().enumerate() {
+            let own = branch.operators.len();
+            let all = branch
+                .operators
+                .into_iter()
+                .chain(shared.iter().cloned())
+                .collect();
+            let then = Then::Drain(Finishing::Own(own));
+            self.push_pipeline(branch.source, all, sink.clone(), Some(i as u32), then);
+        }
+        let input = (inputs > 0).then_some(inputs as u32);
+        let then = Then::Drain(Finishing::All);
+        self.push_pipeline(source, operators, sink, input, then);
+    }
+
+    fn push_pipeline(
+        &mut self,
+        source: Arc<dyn Source>,
+        operators: Vec<Arc<dyn Operator>>,
+        sink: Arc<dyn Sink>,
+        input: Option<u32>,
+        then: Then,
+    ) {
         let id = self.pipelines.len();
         let scan = self
             .scans
             .iter()
-            .find(|(source, _)| Arc::ptr_eq(source, &open.source))
+            .find(|(s, _)| Arc::ptr_eq(s, &source))
             .map(|(_, origin)| origin.clone());
-        let mut pipeline = Pipeline::new(id, open.source, open.operators, sink);
+        let mut pipeline = Pipeline::new(id, source, operators, sink);
         pipeline.scan = scan;
+        pipeline.input = input;
+        pipeline.then = then;
         self.pipelines.push(pipeline);
     }
 
     pub(crate) fn read(buffer: Arc<Buffer>, name: &str) -> Open {
-        Open {
-            source: Arc::new(BlockSource::new(Blocks::Buffer {
-                name: name.to_string(),
-                buffer,
-            })),
-            operators: Vec::new(),
-        }
+        Open::new(Arc::new(BlockSource::new(Blocks::Buffer {
+            name: name.to_string(),
+            buffer,
+        })))
     }
 
     /// Compiles the input of a breaker whose own sink takes every row: its
@@ -382,18 +512,14 @@ impl Compiler {
                         order: self.order,
                     },
                 ));
-                Open {
-                    source,
-                    operators: Vec::new(),
-                }
+                Open::new(source)
             }
-            PhysicalPlan::Values { batches, .. } => Open {
-                source: Arc::new(BlockSource::new(Blocks::Batches {
+            PhysicalPlan::Values { batches, .. } => {
+                Open::new(Arc::new(BlockSource::new(Blocks::Batches {
                     name: "values".to_string(),
                     batches: batches.clone().into(),
-                })),
-                operators: Vec::new(),
-            },
+                })))
+            }
             PhysicalPlan::Filter { input, predicate } => {
                 let mut open = self.compile(input)?;
                 open.operators
@@ -452,10 +578,7 @@ impl Compiler {
                 )?;
                 let open = self.compile_any_order(input)?;
                 self.close(open, Arc::new(sink));
-                Open {
-                    source: Arc::new(merge),
-                    operators: Vec::new(),
-                }
+                Open::new(Arc::new(merge))
             }
             PhysicalPlan::Sort { input, keys, fetch } => {
                 let buffer = Arc::new(Buffer::new(self.memory.clone(), "sorted rows"));
@@ -488,6 +611,28 @@ impl Compiler {
                 );
                 Self::read(buffer, "limited rows")
             }
+            // In any order the inputs' rows go on without being collected:
+            // one pipeline per input, into what follows the union (see
+            // `Open`).
+            PhysicalPlan::Union { inputs, .. }
+                if self.order == ScanOrder::Any && inputs.len() > 1 =>
+            {
+                let mut all = Vec::new();
+                for input in inputs {
+                    all.extend(self.compile(input)?.into_branches());
+                }
+                let Some(last) = all.pop() else {
+                    return Err(ExecError::Internal("a union without inputs".into()));
+                };
+                Open {
+                    source: last.source,
+                    own: last.operators.len(),
+                    operators: last.operators,
+                    branches: all,
+                }
+            }
+            // Below a LIMIT the union's rows are read in input order: each
+            // input is collected in a buffer that keeps it.
             PhysicalPlan::Union { inputs, .. } => {
                 let buffer = Arc::new(Buffer::new(self.memory.clone(), "union"));
                 for (i, input) in inputs.iter().enumerate() {

@@ -282,9 +282,22 @@ fn sorts_aggregates_and_joins_past_their_share_spill_and_give_the_same_rows() {
 /// Hash joins whose build side (SF 0.01 `lineitem` with its comments,
 /// several MB) is larger than a 1 MB share: inner joins on one, two and
 /// string keys, with a non-equi condition, outer joins on both sides,
-/// semi and anti joins, joins feeding an aggregate — and TPC-H Q9, Q18 and
-/// Q21 at shares small enough that they spill (at SF 0.01).
-const GRACE_JOINS: [&str; 9] = [
+/// semi and anti joins, joins feeding an aggregate, joins inside the
+/// branches of a UNION ALL and one fed by a UNION ALL (each branch a
+/// pipeline of its own into the shared probe, whose deferred rows only the
+/// last branch drains) — and TPC-H Q9, Q18 and Q21 at shares small enough
+/// that they spill (at SF 0.01).
+const GRACE_JOINS: [&str; 11] = [
+    "select count(*), sum(q), sum(c) from ( \
+     select a.l_quantity q, length(b.l_comment) c from lineitem a join lineitem b \
+     on a.l_orderkey = b.l_orderkey and a.l_linenumber = b.l_linenumber where a.l_linenumber <= 3 \
+     union all \
+     select a.l_quantity, length(b.l_comment) from lineitem a join lineitem b \
+     on a.l_orderkey = b.l_orderkey and a.l_linenumber = b.l_linenumber where a.l_linenumber > 3)",
+    "select count(*), sum(u.l_linenumber), sum(length(b.l_comment)) from \
+     (select l_orderkey, l_linenumber from lineitem where l_linenumber % 2 = 0 \
+      union all select l_orderkey, l_linenumber from lineitem where l_linenumber % 2 = 1) u \
+     join lineitem b on u.l_orderkey = b.l_orderkey and u.l_linenumber = b.l_linenumber",
     "select count(*), sum(a.l_quantity), sum(length(b.l_comment)) from lineitem a \
      join lineitem b on a.l_orderkey = b.l_orderkey and a.l_linenumber = b.l_linenumber",
     "select count(*), min(a.l_orderkey), max(b.l_orderkey) from lineitem a \

@@ -66,10 +66,7 @@ pub(crate) fn wire(c: &mut Compiler, j: &HashJoinPlan) -> Result<Open> {
     // Linking the rows into bucket chains is a pipeline of its
     // own, so that it is split into morsels like any other work.
     c.close(
-        Open {
-            source: Arc::new(JoinTableInsertSource::new(slot.clone())),
-            operators: Vec::new(),
-        },
+        Open::new(Arc::new(JoinTableInsertSource::new(slot.clone()))),
         Arc::new(JoinTableInsertSink::new(slot.clone())),
     );
 
@@ -104,20 +101,17 @@ pub(crate) fn wire(c: &mut Compiler, j: &HashJoinPlan) -> Result<Open> {
                 "materialize join output",
             )),
         );
-        let pass = Open {
-            source: Arc::new(JoinBuildScanSource::new(
-                slot,
-                modes.build,
-                j.build_side,
-                probe_schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.data_type().clone())
-                    .collect(),
-                j.schema.clone(),
-            )),
-            operators: Vec::new(),
-        };
+        let pass = Open::new(Arc::new(JoinBuildScanSource::new(
+            slot,
+            modes.build,
+            j.build_side,
+            probe_schema
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect(),
+            j.schema.clone(),
+        )));
         c.close(
             pass,
             Arc::new(MaterializeSink::new(

@@ -99,8 +99,5 @@ pub(crate) fn wire(c: &mut Compiler, plan: &WindowPlan) -> Result<Open> {
     }
     let (sink, source) = partition::window(plan, &input_schema, c.workers, c.memory.clone())?;
     c.close(open, Arc::new(sink));
-    Ok(Open {
-        source: Arc::new(source),
-        operators: Vec::new(),
-    })
+    Ok(Open::new(Arc::new(source)))
 }
