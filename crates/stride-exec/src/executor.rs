@@ -160,7 +160,7 @@ pub fn execute_streaming(
                 }
             }
             Ok(LiveNext::Idle) => {}
-            Ok(LiveNext::Ended(out)) => break Ok(out),
+            Ok(LiveNext::Ended(out)) => break Ok(*out),
             Err(e) => {
                 live.stop();
                 break Err(e);

@@ -47,8 +47,9 @@ pub enum LiveNext {
     Batch(StreamedBatch),
     /// Nothing came within the patience given; the query goes on.
     Idle,
-    /// Every batch was handed out and the query completed.
-    Ended(StreamOutput),
+    /// Every batch was handed out and the query completed (boxed: batches
+    /// are the common case, and far smaller).
+    Ended(Box<StreamOutput>),
 }
 
 /// Closes the query's spill directory when the last holder lets go: the
@@ -231,12 +232,12 @@ impl LiveResult {
         // dropped the rest): nothing reads the spill files any more.
         close_spill(&self.memory);
         outcome.map(|stats| {
-            LiveNext::Ended(StreamOutput {
+            LiveNext::Ended(Box::new(StreamOutput {
                 schema: self.schema.clone(),
                 rows: self.rows,
                 stats,
                 pipelines: self.pipelines,
-            })
+            }))
         })
     }
 

@@ -499,8 +499,11 @@ fn two_slot_server() -> &'static TestServer {
 fn more_open_cursors_than_scheduler_slots_leave_room_for_a_short_query() {
     let server = two_slot_server();
     runtime().block_on(async {
+        // Four cursors on two slots: the third waits for the first two's
+        // slots, the fourth takes the free one, and then both slots are
+        // held by idle cursors when the short query comes.
         let mut cursors = Vec::new();
-        for i in 0..3 {
+        for i in 0..4 {
             let client = common::client::connect(server.addr, "stride").await;
             let declare = if i == 0 {
                 format!("declare c{i} cursor with hold for {ROWS}")
@@ -520,17 +523,24 @@ fn more_open_cursors_than_scheduler_slots_leave_room_for_a_short_query() {
         }
         // Every cursor is open and idle; a short query still runs.
         let short = common::client::connect(server.addr, "stride").await;
+        let parked = server.engine.spill_area().bytes_on_disk();
         let started = Instant::now();
         let count: i64 = tokio::time::timeout(
             Duration::from_secs(20),
-            short.query_one("select count(*) from orders", &[]),
+            short.query_one("select count(*) from orders where o_orderkey % 7 = 3", &[]),
         )
         .await
         .expect("the short query waited for a slot held by an idle cursor")
         .unwrap()
         .get(0);
         assert!(count > 0);
-        eprintln!("short query beside 3 idle cursors: {:?}", started.elapsed());
+        // It got a slot because an idle cursor's query ran on, parking its
+        // rows.
+        assert!(
+            server.engine.spill_area().bytes_on_disk() > parked,
+            "no cursor gave its slot up"
+        );
+        eprintln!("short query beside 4 idle cursors: {:?}", started.elapsed());
         // The displaced cursors still give every row.
         let total: i64 = short
             .query_one("select count(*) from lineitem", &[])

@@ -87,7 +87,8 @@ pub(super) enum Opening {
     #[default]
     Off,
     Wanted,
-    Opened(LiveQuery),
+    /// Boxed: the other states, which most requests are in, are empty.
+    Opened(Box<LiveQuery>),
 }
 
 impl LiveQuery {
@@ -260,7 +261,7 @@ impl Session {
         let before = self.opening.replace(Opening::Wanted);
         let out = f(self);
         let opened = match self.opening.replace(before) {
-            Opening::Opened(live) => Some(live),
+            Opening::Opened(live) => Some(*live),
             _ => None,
         };
         (out, opened)
@@ -282,7 +283,7 @@ impl Session {
 
     /// The statement's query was opened live: kept for the request.
     pub(super) fn opened(&self, live: LiveQuery) {
-        self.opening.replace(Opening::Opened(live));
+        self.opening.replace(Opening::Opened(Box::new(live)));
     }
 
     /// The query log's entry `id` belongs to the query the statement
