@@ -221,6 +221,42 @@ fn sync_outside_a_transaction_block_ends_the_unnamed_portal() {
 }
 
 #[test]
+fn a_bind_over_the_unnamed_portal_in_a_block_cancels_its_query() {
+    let _turn = turn();
+    let mut stream = common::client::raw_client(server().addr);
+    stream.write_all(&wire::query_message("begin")).unwrap();
+    wire::read_until(&mut stream, b'Z');
+    let first = "unnamed_first";
+    stream
+        .write_all(&wire::limited_messages(&format!("{ROWS} as {first}"), 10))
+        .unwrap();
+    wire::read_until(&mut stream, b'Z');
+    runtime().block_on(async {
+        let other = connect().await;
+        // In a block, Sync leaves the portal (and its query) alone.
+        assert_eq!(state_of(&other, first).await, "running");
+    });
+    let second = "unnamed_second";
+    stream
+        .write_all(&wire::limited_messages(&format!("{ROWS} as {second}"), 10))
+        .unwrap();
+    let got = wire::read_until(&mut stream, b'Z');
+    assert_eq!(got.iter().filter(|m| m.0 == b'D').count(), 10);
+    runtime().block_on(async {
+        let other = connect().await;
+        assert_eq!(final_state(&other, first).await, "cancelled");
+        assert_eq!(state_of(&other, second).await, "running");
+    });
+    stream.write_all(&wire::query_message("rollback")).unwrap();
+    wire::read_until(&mut stream, b'Z');
+    runtime().block_on(async {
+        let other = connect().await;
+        assert_eq!(final_state(&other, second).await, "cancelled");
+    });
+    back_to_baseline(&server().engine);
+}
+
+#[test]
 fn psycopg_named_cursor_reads_a_result_past_the_share() {
     let _turn = turn();
     let addr = server().addr;
