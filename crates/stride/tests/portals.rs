@@ -256,20 +256,19 @@ fn a_bind_over_the_unnamed_portal_in_a_block_cancels_its_query() {
     back_to_baseline(&server().engine);
 }
 
-#[test]
-fn psycopg_named_cursor_reads_a_result_past_the_share() {
-    let _turn = turn();
+/// A client program reading lineitem's (orderkey, linenumber, comment)
+/// under a 1 MB share, run with `args` then the server's address and the
+/// share: it prints the rows' count and checksums, then the server's.
+/// Checks that they agree and that the query marked `marker` ran to its
+/// end pausing for its client, with little parked on disk.
+fn client_reads_past_the_share(program: &str, args: &[&str], marker: &str, what: &str) {
     let addr = server().addr;
-    let marker = "psycopg_cursor";
-    let program = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/clients/psycopg_cursor_stream.py");
-    let mut cmd = std::process::Command::new("python3");
-    cmd.arg(program)
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
         .arg(addr.ip().to_string())
         .arg(addr.port().to_string())
-        .arg("1MB")
-        .arg(format!("as {marker}"));
-    let out = common::client::run_program(cmd, "psycopg (named cursor)");
+        .arg("1MB");
+    let out = common::client::run_program(cmd, what);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert_eq!(lines[0], lines[1], "fetched rows against count/sum: {out}");
@@ -277,13 +276,47 @@ fn psycopg_named_cursor_reads_a_result_past_the_share() {
         let other = connect().await;
         assert_eq!(final_state(&other, marker).await, "done");
         let (pauses, spilled) = pauses_and_spill(&other, marker).await;
-        assert!(pauses > 0, "the cursor's query never paused");
+        assert!(pauses > 0, "{what}: the query never paused");
         assert!(
             spilled < 1 << 20,
             "{spilled} bytes parked ({pauses} pauses)"
         );
     });
     back_to_baseline(&server().engine);
+}
+
+fn client_program(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn psycopg_named_cursor_reads_a_result_past_the_share() {
+    let _turn = turn();
+    // The script appends this to its query: the marker as a table alias.
+    let alias = "as psycopg_cursor";
+    let script = client_program("psycopg_cursor_stream.py");
+    client_reads_past_the_share(
+        "python3",
+        &[&script, alias],
+        "psycopg_cursor",
+        "psycopg (named cursor)",
+    );
+}
+
+#[test]
+fn jdbc_fetch_size_reads_a_result_past_the_share() {
+    let _turn = turn();
+    let program = client_program("JdbcFetchSize.java");
+    client_reads_past_the_share(
+        "java",
+        &["-cp", "/usr/share/java/postgresql.jar", &program],
+        "jdbc_fetch",
+        "pgjdbc (fetch size)",
+    );
 }
 
 /// The values of a simple query's rows, first column.

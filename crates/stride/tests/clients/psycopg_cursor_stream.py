@@ -4,13 +4,16 @@ stays live between fetches (paused) instead of being materialized. Prints
 the fetched rows' count and checksums, then the same computed by the
 server with count/sum, for crates/stride/tests/portals.rs to compare.
 
-    python3 psycopg_cursor_stream.py HOST PORT SHARE MARKER
+    python3 psycopg_cursor_stream.py MARKER HOST PORT SHARE
+
+MARKER is appended to the query (a table alias that marks it in
+stride.queries).
 """
 import sys
 
 import psycopg
 
-host, port, share, marker = sys.argv[1:5]
+marker, host, port, share = sys.argv[1:5]
 conn = psycopg.connect(f"host={host} port={port} user=stride dbname=stride")
 conn.execute(f"set stride.query_memory_limit = '{share}'")
 conn.commit()
