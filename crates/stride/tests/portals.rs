@@ -388,6 +388,35 @@ fn cursors_read_the_snapshot_of_their_declare_and_stop_with_their_session() {
 }
 
 #[test]
+fn a_fetch_stopped_by_its_timeout_ends_the_cursor_and_its_query() {
+    let _turn = turn();
+    runtime().block_on(async {
+        let client = connect().await;
+        let other = connect().await;
+        let marker = "slow_cursor";
+        client
+            .batch_execute(&format!(
+                "declare slow cursor with hold for \
+                 select count(*) from lineitem as {marker}, lineitem as b"
+            ))
+            .await
+            .unwrap();
+        client
+            .batch_execute("set statement_timeout = 300")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let err = client.simple_query("fetch 1 from slow").await.unwrap_err();
+        assert_eq!(err.code().unwrap().code(), "57014");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(final_state(&other, marker).await, "cancelled");
+        let gone = client.simple_query("fetch 1 from slow").await.unwrap_err();
+        assert_eq!(gone.code().unwrap().code(), "34000");
+    });
+    back_to_baseline(&server().engine);
+}
+
+#[test]
 fn copy_to_stdout_streams_a_result_past_the_share() {
     let _turn = turn();
     runtime().block_on(async {
