@@ -48,16 +48,26 @@ async fn connect() -> Client {
 
 /// The state of the query marked `marker` (a table alias: the log shows a
 /// prepared statement as its parsed text, without comments) once it is no
-/// longer running
-/// (at most 10 s later).
+/// longer running — or not yet logged: a statement just sent may still be
+/// parsed — (at most 10 s later).
 async fn final_state(client: &Client, marker: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let state = state_of(client, marker).await;
-        if state != "running" || Instant::now() > deadline {
-            return state;
+        let row = client
+            .query_opt(
+                "select state from stride.queries where query like $1 \
+                 order by query_id desc limit 1",
+                &[&format!("%{marker}%")],
+            )
+            .await
+            .unwrap();
+        let state: Option<String> = row.map(|r| r.get(0));
+        match state {
+            Some(s) if s != "running" => return s,
+            Some(s) if Instant::now() > deadline => return s,
+            None if Instant::now() > deadline => return "not logged".into(),
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
