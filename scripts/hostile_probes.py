@@ -12,6 +12,8 @@ re-measuring the issue's table at the scale it was found (needs psycopg:
 `bash scripts/setup.sh`).
 """
 import argparse
+import socket
+import struct
 import threading
 import time
 
@@ -143,8 +145,6 @@ def main():
 
     print("# invalid UTF-8")
     try:
-        import socket
-        import struct
         sock = socket.create_connection((args.host, args.port))
         params = b"user\0" + args.user.encode() + b"\0database\0stride\0\0"
         sock.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
@@ -160,6 +160,48 @@ def main():
         sock.close()
     except OSError as e:
         print("invalid UTF-8 probe failed:", e)
+
+    print("# a client that stops reading")
+    try:
+
+        def raw_query(sock, sql):
+            q = sql.encode() + b"\0"
+            sock.sendall(b"Q" + struct.pack("!i", 4 + len(q)) + q)
+
+        sock = socket.create_connection((args.host, args.port))
+        params = b"user\0" + args.user.encode() + b"\0database\0stride\0\0"
+        sock.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+        time.sleep(0.3)
+        sock.recv(65536)
+        raw_query(sock, "set statement_timeout = 1000")
+        time.sleep(0.3)
+        sock.recv(65536)
+        marker = f"/* stops reading {time.time()} */"
+        t0 = time.time()
+        raw_query(sock, f"select * from {s}.lineitem {marker}")
+        watch = connect()
+        state = "running"
+        while state == "running" and time.time() - t0 < 30:
+            row = watch.execute("select state from stride.queries where query like %s "
+                                "order by query_id desc limit 1", (f"%{marker}%",)).fetchone()
+            state = row[0] if row else "running"
+            time.sleep(0.01)
+        ended = time.time() - t0
+        sock.settimeout(10)
+        closed = False
+        try:
+            while sock.recv(1 << 16):
+                pass
+            closed = True
+        except socket.timeout:
+            closed = False
+        except OSError:
+            closed = True
+        print(f"{'timeout 1000 ms, client reads nothing':<48} {state} after "
+              f"{ended * 1e3:.0f} ms, connection closed={closed}  alive={alive()}")
+        sock.close()
+    except OSError as e:
+        print("stops-reading probe failed:", e)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,14 @@ use stride_sched::{GroupFacts, QueryError, QueryHandle, QueryStats, Scheduler, T
 use crate::buffer::Buffer;
 use crate::cancel::Canceller;
 use crate::error::{ExecError, Result};
+use crate::live::{LiveConfig, LiveNext, LiveResult};
 use crate::memory::QueryMemory;
 use crate::operator::materialize::MaterializeSink;
 use crate::operator::Sink;
 use crate::pipeline::{compile, compile_into};
 use crate::plan::PhysicalPlan;
 use crate::shared::{Prelude, SharedScans};
-use crate::stream::{
-    Pull, ResultStream, StreamConfig, StreamEnd, StreamOrder, StreamSink, StreamedBatch,
-};
+use crate::stream::{StreamConfig, StreamOrder, StreamedBatch};
 
 /// A query's result and its scheduling statistics.
 #[derive(Debug)]
@@ -100,7 +99,7 @@ pub fn execute_with(
 
 /// How long a streamed query's consumer waits with nothing to take before
 /// a thread is started to wait for the query's completion.
-const WAITER_AFTER: Duration = Duration::from_millis(2);
+pub(crate) const WAITER_AFTER: Duration = Duration::from_millis(2);
 
 /// A streamed query's scheduling statistics: its rows went to the consumer.
 #[derive(Debug)]
@@ -124,11 +123,11 @@ pub struct Consumer<'a> {
 
 /// As [`execute_with`], streaming the result: each batch goes to the
 /// consumer's `deliver` on the calling thread as soon as the
-/// [`ResultStream`] releases it (in the order its config asks for), while
-/// the query runs. A `deliver` error (the client went away) cancels the
-/// query and is returned once the query stopped. A query that shares a
-/// scan (`sharing`, [`crate::shared`]) streams from its last group, after
-/// the shared pass.
+/// [`crate::stream::ResultStream`] releases it (in the order its config asks for), while
+/// the query runs ([`LiveResult`] read to its end). A `deliver` error (the
+/// client went away) cancels the query and is returned once the query
+/// stopped. A query that shares a scan (`sharing`, [`crate::shared`])
+/// streams from its last group, after the shared pass.
 pub fn execute_streaming(
     plan: &PhysicalPlan,
     schema: SchemaRef,
@@ -143,82 +142,40 @@ pub fn execute_streaming(
         on_running,
         deliver,
     } = consumer;
-    let stream = Arc::new(ResultStream::new(memory.clone(), config));
-    let sink = Arc::new(StreamSink::new(stream.clone()));
-    let (handle, count, prelude) =
-        submit(plan, sink, scheduler, facts, memory, sharing, on_running)?;
-    let canceller = handle.canceller();
-    on_running(Some(Canceller::group(handle.canceller())));
-    let mut rows = 0;
-    let mut handle = Some(handle);
-    let outcome = std::thread::scope(|scope| {
-        let outcome = loop {
-            // A query that runs past `WAITER_AFTER` gets a thread that
-            // waits for its completion and reports it to the stream (a
-            // failure never reaches the sink); a short one ends without.
-            let patience = if handle.is_some() {
-                WAITER_AFTER
-            } else {
-                Duration::from_millis(50)
-            };
-            match stream.pull(patience) {
-                Ok(Pull::Batch(mut b)) => {
-                    rows += b.num_rows();
-                    let relabelled = relabel(&schema, b.batch.clone());
-                    let sent = relabelled.and_then(|batch| {
-                        b.batch = batch;
-                        deliver(b)
-                    });
-                    if let Err(e) = sent {
-                        canceller.cancel();
-                        break Err(e);
-                    }
+    let live = LiveConfig {
+        scheduler,
+        facts,
+        memory,
+        sharing,
+        stream: config,
+    };
+    let mut live = LiveResult::open(plan, schema, live, on_running)?;
+    let outcome = loop {
+        match live.next(Duration::from_millis(50)) {
+            Ok(LiveNext::Batch(b)) => {
+                if let Err(e) = deliver(b) {
+                    // Stopped before its spill directory goes.
+                    live.stop();
+                    break Err(e);
                 }
-                Ok(Pull::Drained) => match handle.take() {
-                    Some(h) => break h.wait().map_err(unwrap_query_error),
-                    // The waiter reports the completion; the next pull
-                    // waits for it.
-                    None => continue,
-                },
-                Ok(Pull::Ended(stats)) => break Ok(*stats),
-                Ok(Pull::Idle) => {
-                    if let Some(h) = handle.take() {
-                        let waiter = stream.clone();
-                        scope.spawn(move || waiter.end(h.wait()));
-                    }
-                }
-                Err(StreamEnd(e)) => break Err(unwrap_query_error(e)),
             }
-        };
-        // Cancelled after a delivery error: stopped before its spill
-        // directory goes.
-        if let Some(h) = handle.take() {
-            let _ = h.wait();
+            Ok(LiveNext::Idle) => {}
+            Ok(LiveNext::Ended(out)) => break Ok(*out),
+            Err(e) => {
+                live.stop();
+                break Err(e);
+            }
         }
-        outcome
-    });
+    };
     on_running(None);
-    let outcome = outcome.map(|stats| {
-        let stats = match prelude {
-            Some(p) => p.join(stats),
-            None => stats,
-        };
-        with_memory(stats, memory)
-    });
-    close_spill(memory);
-    Ok(StreamOutput {
-        schema,
-        rows,
-        stats: outcome?,
-        pipelines: count,
-    })
+    outcome
 }
 
 /// Compiles `plan` with `sink` at its end and submits it as one resource
 /// group — or, sharing a scan, runs the phases up to the shared pass first
 /// and submits the query's last group; returns its handle, how many
 /// pipelines the query has, and what ran before the last group.
-fn submit(
+pub(crate) fn submit(
     plan: &PhysicalPlan,
     sink: Arc<dyn Sink>,
     scheduler: &Scheduler,
@@ -261,7 +218,7 @@ fn try_submit(
 }
 
 /// The statistics with the query's memory peak and spilled bytes.
-fn with_memory(mut stats: QueryStats, memory: &QueryMemory) -> QueryStats {
+pub(crate) fn with_memory(mut stats: QueryStats, memory: &QueryMemory) -> QueryStats {
     stats.memory_peak = memory.peak();
     stats.spilled_bytes = memory.spilled_bytes() as usize;
     stats
@@ -269,7 +226,7 @@ fn with_memory(mut stats: QueryStats, memory: &QueryMemory) -> QueryStats {
 
 /// The query's spill files go, whether it succeeded or not (a task set the
 /// scheduler still holds cannot make new ones).
-fn close_spill(memory: &QueryMemory) {
+pub(crate) fn close_spill(memory: &QueryMemory) {
     if let Some(spill) = memory.spill() {
         spill.close();
     }
@@ -304,7 +261,7 @@ pub(crate) fn unwrap_query_error(e: QueryError) -> ExecError {
 
 /// Gives a result batch the plan's column names and nullability (relaxing
 /// nullability where the data holds NULLs the plan did not foresee).
-fn relabel(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+pub(crate) fn relabel(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
     match RecordBatch::try_new_with_options(schema.clone(), batch.columns().to_vec(), &options) {
         Ok(b) => Ok(b),

@@ -28,6 +28,8 @@
 //! * [`step`] — split finalizations: a breaker's merge as task sets of parts;
 //! * [`stream`] — a result streamed to its consumer while the query runs:
 //!   a bounded, charged queue that parks surplus on disk;
+//! * [`live`] — a streamed result read at its consumer's pace across
+//!   calls (portals, cursors, `COPY … TO`);
 //! * [`shared`] — shared scans: concurrent queries' leaf pipelines over one
 //!   table snapshot run on one pass of morsels, batch by batch;
 //! * [`cancel`] — the `Canceller` a running query publishes;
@@ -39,6 +41,7 @@ pub mod cancel;
 pub mod error;
 pub mod executor;
 pub mod hash;
+pub mod live;
 pub mod memory;
 pub mod operator;
 pub mod pipeline;
@@ -57,6 +60,7 @@ pub use error::{ErrorKind, ExecError, Result};
 pub use executor::{
     execute, execute_streaming, execute_with, result_order, Consumer, ExecOutput, StreamOutput,
 };
+pub use live::{LiveConfig, LiveNext, LiveResult};
 pub use memory::{MemoryPool, QueryMemory};
 pub use plan::PhysicalPlan;
 pub use seq::MorselSeq;

@@ -25,6 +25,18 @@
 //! at the source rows whose output fills an eighth of the queue, measured
 //! as the query goes (bytes pushed per source row finished).
 //!
+//! **A pause never holds a slot another query waits for.** A paused query
+//! keeps its scheduler slot, and its consumer may stay idle for long (a
+//! cursor nobody fetches from, [`crate::live`]). So a task about to pause
+//! asks its [`stride_sched::Resumer::slot_wanted`]: while a group waits
+//! for admission, the query runs on instead — parking what the queue
+//! cannot hold, as below — so that it finishes and frees its slot; a group
+//! that queues resumes every paused query for that (`stride_sched::pause`).
+//! Once no group waits, a query pauses for its consumer again.
+//! A consumer that leaves early [`ResultStream::close`]s the stream: its
+//! entries and their memory go at once, and what running tasks still push
+//! is dropped.
+//!
 //! A batch that arrives while the queue is full — the tasks running when
 //! the pause began finish their morsels, a morsel's output is larger than
 //! the queue, or batches wait behind the watermark — or whose charge is
@@ -143,6 +155,19 @@ impl StreamedBatch {
     pub fn num_rows(&self) -> usize {
         self.batch.num_rows()
     }
+
+    /// Takes the first `n` rows as a batch of their own, leaving the rest
+    /// here. The charge stays with the rest (the rows share its buffers),
+    /// which a consumer that hands out a result in pieces keeps longest.
+    pub fn take_front(&mut self, n: usize) -> StreamedBatch {
+        let n = n.min(self.batch.num_rows());
+        let front = self.batch.slice(0, n);
+        self.batch = self.batch.slice(n, self.batch.num_rows() - n);
+        StreamedBatch {
+            batch: front,
+            _charge: None,
+        }
+    }
 }
 
 /// Where an entry of the stream is.
@@ -216,6 +241,9 @@ struct State {
     /// The last pipeline is paused until the consumer drained the backlog:
     /// the resumer of the task that paused it (see the module docs).
     paused: Option<Resumer>,
+    /// The consumer went away ([`ResultStream::close`]): batches still
+    /// arriving from running tasks are dropped.
+    closed: bool,
 }
 
 impl State {
@@ -301,6 +329,9 @@ impl ResultStream {
         let bytes = batch_bytes(&batch);
         self.pushed_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         let mut state = self.lock();
+        if state.closed {
+            return Ok(());
+        }
         let n = state.arrivals;
         state.arrivals += 1;
         let spill = self.memory.spill();
@@ -364,24 +395,31 @@ impl ResultStream {
     /// Whether the task about to take its next morsel should pause (see
     /// the module docs): `resumer` gives the handle the consumer resumes the
     /// set with; without one (no scheduler) the stream never pauses.
+    ///
+    /// A task that would pause while another group waits for a slot
+    /// ([`Resumer::slot_wanted`]) runs on instead, parking what the queue
+    /// cannot hold: so the query finishes and its slot goes to the waiting
+    /// group — a consumer that stays idle (an open cursor) never keeps a
+    /// slot from other queries. Once no group waits, it pauses again.
     pub fn pause(&self, resumer: &dyn Fn() -> Option<Resumer>) -> bool {
         let mut state = self.lock();
-        if state.paused.is_some() {
-            return true;
-        }
-        if state.backlog() < self.pause_bytes() || state.ended.is_some() {
+        if state.closed || state.ended.is_some() {
             return false;
         }
-        if !self.head_releasable(&state) {
+        let due = state.paused.is_some()
+            || (state.backlog() >= self.pause_bytes() && self.head_releasable(&state));
+        if !due {
             return false;
         }
-        match resumer() {
-            Some(r) => {
-                state.paused = Some(r);
-                true
-            }
-            None => false,
+        let Some(r) = state.paused.clone().or_else(resumer) else {
+            return false;
+        };
+        if r.slot_wanted() {
+            state.paused = None;
+            return false;
         }
+        state.paused = Some(r);
+        true
     }
 
     /// The most source rows a morsel should hold, so that one morsel's
@@ -467,6 +505,16 @@ impl ResultStream {
     pub fn finish(&self) {
         self.lock().finished = true;
         self.changed.notify_all();
+    }
+
+    /// The consumer goes away before the end (a portal or cursor closed
+    /// early): every entry is dropped and its memory returned, and batches
+    /// that running tasks still push are dropped. The caller cancels the
+    /// query.
+    pub fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        self.clear(&mut state);
     }
 
     /// The query ended (seen by the thread waiting for its completion).
@@ -747,6 +795,36 @@ mod tests {
         ));
         assert_eq!(memory.used(), 0);
         assert_eq!(stream.lock().entries.len(), 0);
+    }
+
+    #[test]
+    fn a_closed_stream_returns_its_memory_and_drops_later_batches() {
+        let memory = QueryMemory::new(MemoryPool::new(1 << 30), 1 << 20);
+        let stream = ResultStream::new(memory.clone(), StreamConfig::new(StreamOrder::Arrival));
+        stream.push(MorselSeq::at(0), batch(0, 10)).unwrap();
+        assert!(memory.used() > 0);
+        stream.close();
+        assert_eq!(memory.used(), 0, "the queue's charge went back");
+        // A task still running pushes its morsel's rows: dropped.
+        stream.push(MorselSeq::at(10), batch(10, 10)).unwrap();
+        assert_eq!(memory.used(), 0);
+        assert!(!stream.pause(&|| None), "a closed stream never pauses");
+        assert!(matches!(stream.pull(Duration::ZERO), Ok(Pull::Idle)));
+    }
+
+    #[test]
+    fn a_batch_handed_out_in_pieces_keeps_its_charge_with_the_rest() {
+        let memory = QueryMemory::new(MemoryPool::new(1 << 30), 1 << 20);
+        let stream = ResultStream::new(memory.clone(), StreamConfig::new(StreamOrder::Arrival));
+        stream.push(MorselSeq::at(0), batch(0, 10)).unwrap();
+        let mut rest = next(&stream).unwrap();
+        let front = rest.take_front(4);
+        assert_eq!((front.num_rows(), rest.num_rows()), (4, 6));
+        assert_eq!((first(&front), first(&rest)), (0, 4));
+        drop(front);
+        assert!(memory.used() > 0, "the rest still holds the batch's charge");
+        drop(rest);
+        assert_eq!(memory.used(), 0);
     }
 
     #[test]

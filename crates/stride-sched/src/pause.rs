@@ -38,6 +38,17 @@
 //! like any cancelled slot ([`crate::decision`]): the task sees the cancel
 //! and the group ends, paused or not.
 //!
+//! **A paused set never keeps a slot another group waits for.** A paused
+//! task set keeps its slot, and a consumer may stay idle for as long as
+//! it likes (a cursor nobody fetches from). So a group that has to queue
+//! for admission resumes every paused set ([`crate::Scheduler::submit_with`]
+//! pushes every slot's return bit), and a task about to pause asks
+//! [`Resumer::slot_wanted`] first: while a group waits, the set runs on
+//! (its consumer parks what it cannot hold) toward its end, which frees
+//! the slot. Which sets the queued group displaces this way is the consumers'
+//! rule; the scheduler only guarantees that a pause never blocks
+//! admission.
+//!
 //! **Stale resumes.** A [`Resumer`] names a slot, not an entry: one kept
 //! past its group's end may push a bit for the slot's next group, whose
 //! workers then at most un-pause a paused task set early — its next task
@@ -103,5 +114,13 @@ impl Resumer {
         };
         shared.masks.push(MaskKind::Return, self.slot);
         shared.idle.wake(shared.config.workers);
+    }
+
+    /// Whether a group waits for a slot now: a task set that would pause
+    /// should run on instead, so that its slot frees (see the module docs).
+    pub fn slot_wanted(&self) -> bool {
+        self.shared
+            .upgrade()
+            .is_some_and(|shared| shared.admission.waiting() > 0)
     }
 }

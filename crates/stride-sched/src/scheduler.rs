@@ -14,7 +14,7 @@ use crate::binding::Binding;
 use crate::clock::Clock;
 use crate::group::{QueryHandle, ResourceGroup, TaskSetEntry};
 use crate::idle::Idle;
-use crate::masks::UpdateMasks;
+use crate::masks::{MaskKind, UpdateMasks};
 use crate::morsel::{AdaptiveMorsels, MorselPolicy};
 use crate::observe::WorkerCounters;
 use crate::overhead::DecisionLog;
@@ -243,6 +243,18 @@ impl Shared {
         reports.push_back(report);
     }
 
+    /// A group had to wait for a slot: every paused task set is made
+    /// runnable again ([`crate::pause`]), so that one whose consumer is
+    /// idle sees the waiting group ([`crate::Resumer::slot_wanted`]) and
+    /// runs to its end instead of holding its slot. A slot that is not
+    /// paused takes the bit as an ordinary return: one visit, no change.
+    pub(crate) fn resume_paused(&self) {
+        for slot in 0..self.config.slots {
+            self.masks.push(MaskKind::Return, slot);
+        }
+        self.idle.wake(self.config.workers);
+    }
+
     /// The finalizer of a group's last task set gives up the group's slot:
     /// clears it, then hands it to the oldest waiting group or frees it.
     /// Only workers call it (the bind's wake counts on that).
@@ -390,7 +402,7 @@ impl Scheduler {
                 slot,
                 arrival,
             } => self.shared.bind(slot, group, arrival, false),
-            Admit::Queued => {}
+            Admit::Queued => self.shared.resume_paused(),
             Admit::Closed(group) => group.completion.complete(Err(QueryError::Shutdown)),
         }
         QueryHandle { group }

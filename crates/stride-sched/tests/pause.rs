@@ -46,21 +46,22 @@ impl Channel {
 
     /// A producer's task, between two items: whether it pauses (then the
     /// channel keeps the task's resumer).
+    /// While another group waits for a slot it runs on instead
+    /// ([`Resumer::slot_wanted`]), as a streamed result does.
     fn pause(&self, ctx: &TaskContext<'_>) -> bool {
         let mut state = self.state.lock().unwrap();
-        if state.paused.is_some() {
-            return true;
-        }
-        if state.queue.len() < self.high {
+        if state.paused.is_none() && state.queue.len() < self.high {
             return false;
         }
-        match ctx.resumer() {
-            Some(r) => {
-                state.paused = Some(r);
-                true
-            }
-            None => false,
+        let Some(r) = state.paused.clone().or_else(|| ctx.resumer()) else {
+            return false;
+        };
+        if r.slot_wanted() {
+            state.paused = None;
+            return false;
         }
+        state.paused = Some(r);
+        true
     }
 
     fn push(&self, item: usize) {
@@ -256,6 +257,44 @@ fn a_paused_query_holds_no_worker() {
     }
     assert_eq!(count, 50);
     paused.wait().expect("completes");
+}
+
+/// A paused query never keeps its slot from a query waiting for one:
+/// with one slot, a query submitted while the only admitted one waits for
+/// a consumer that never reads is admitted all the same — the paused
+/// query is resumed and runs to its end, its items all queued.
+#[test]
+fn a_paused_query_runs_on_while_another_waits_for_its_slot() {
+    for workers in [1, 2] {
+        let s = Scheduler::new(SchedulerConfig {
+            workers,
+            pin_workers: false,
+            t_max: Duration::from_micros(200),
+            morsels: MorselPolicy::Fixed(1),
+            policy: Policy::Fair,
+            slots: 1,
+            ..SchedulerConfig::default()
+        });
+        let channel = Channel::new(4, 1);
+        let producer = Producer::new(200, channel.clone());
+        let paused = s.submit(vec![producer.clone() as Arc<dyn TaskSetWork>]);
+        while channel.state.lock().unwrap().paused.is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let spin = Arc::new(Spin {
+            left: AtomicUsize::new(100),
+        });
+        s.run(vec![spin.clone() as Arc<dyn TaskSetWork>])
+            .expect("admitted although the admitted query's consumer never read");
+        let stats = paused.wait().expect("the paused query ran to its end");
+        assert!(stats.pauses > 0);
+        assert_eq!(channel.state.lock().unwrap().queue.len(), 200);
+        let mut count = 0;
+        while channel.pop().is_some() {
+            count += 1;
+        }
+        assert_eq!(count, 200);
+    }
 }
 
 /// A query cancelled while paused ends (its consumer went away).

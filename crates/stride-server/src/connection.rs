@@ -19,6 +19,14 @@
 //! one runs, the task watches the socket, and if the client goes away the
 //! statement's query is cancelled on the scheduler. The [`Session`] moves
 //! into the blocking closure and back, so it is never shared between threads.
+//!
+//! Portals: an Execute without a row limit streams every row (`stream`);
+//! the first Execute with one opens the query live ([`LiveQuery`]) and
+//! each Execute pulls up to its limit, then PortalSuspended, the query
+//! paused in between, until CommandComplete. A portal is dropped — its
+//! live query cancelled — by Close, a Bind of its name, Sync outside a
+//! transaction block (the implicit transaction ends), the end of its
+//! block, `DISCARD ALL` and disconnect, as PostgreSQL destroys portals.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,10 +36,11 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::util::display::FormatOptions;
 use datafusion_common::ScalarValue;
-use stride_sql::{Interrupt, Prepared, Session, SqlError, StatementOutput};
+use stride_sql::{Interrupt, LiveQuery, Opened, Prepared, Session, SqlError, StatementOutput};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use crate::copy_format::RowWriter;
 use crate::protocol::{
     self, Frontend, Out, ProtocolError, Startup, MAX_AUTH_MESSAGE, MAX_MESSAGE, MAX_STARTUP,
 };
@@ -41,8 +50,10 @@ use crate::types::{self, ColumnEncoder};
 use crate::{scram, Auth, Shared};
 
 mod copy;
+mod stall;
 mod stream;
 
+use stall::Stop;
 use stream::{Event, Streaming};
 
 /// Output is written to the socket whenever this much is buffered.
@@ -50,7 +61,8 @@ const FLUSH_BYTES: usize = 256 << 10;
 
 /// Why a connection ends early.
 enum Close {
-    /// The client went away or the socket failed.
+    /// The client went away, the socket failed, or the client stopped
+    /// reading while its statement was being stopped (`stall`).
     Gone,
     /// A protocol error was answered; the connection closes.
     Fatal,
@@ -63,12 +75,17 @@ struct Statement {
     param_oids: Vec<u32>,
 }
 
-/// A bound portal and, once executed, its result and how much was sent.
+/// A bound portal and, once executed, its result and how much was sent:
+/// the rows of a statement that ran to its end, or a query opened live
+/// by an Execute with a row limit, paused until the next Execute (its
+/// drop — Close, a new Bind of the name, the end of the transaction,
+/// disconnect — cancels the query).
 struct Portal {
     statement: Arc<Statement>,
     params: Vec<ScalarValue>,
     result_formats: Vec<i16>,
     result: Option<Rows>,
+    live: Option<LiveQuery>,
 }
 
 /// A statement's output as rows still to be sent (or a command tag).
@@ -109,6 +126,9 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
         portals: HashMap::new(),
         skip_until_sync: false,
         client_gone: false,
+        cancels: None,
+        stop: None,
+        halt: tokio::sync::watch::channel(None).0,
     };
     let timeout = conn.shared.config.authentication_timeout;
     let Ok(Ok(Some(registration))) = tokio::time::timeout(timeout, conn.startup()).await else {
@@ -139,18 +159,34 @@ struct Connection {
     /// An extended-protocol message failed: ignore messages up to Sync.
     skip_until_sync: bool,
     client_gone: bool,
+    /// CancelRequests for this connection (`stall`).
+    cancels: Option<tokio::sync::watch::Receiver<u64>>,
+    /// What a blocked write races while a request runs (`stall`).
+    stop: Option<Stop>,
+    /// Tells the request's streamer that the request was stopped while
+    /// the client reads nothing (`stall`); cleared at each request.
+    halt: tokio::sync::watch::Sender<Option<bool>>,
 }
 
 impl Connection {
     async fn flush(&mut self) -> Result<(), Close> {
-        if !self.out.buf.is_empty() {
-            let r = self.stream.write_all(&self.out.buf).await;
-            self.out.buf.clear();
-            r.map_err(|_| Close::Gone)?;
-            // TLS records may wait in rustls until flushed.
-            self.stream.flush().await.map_err(|_| Close::Gone)?;
+        if self.out.buf.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let r = match self.stop.take() {
+            Some(mut stop) => {
+                let r = self.write_watched(&mut stop).await;
+                self.stop = Some(stop);
+                r
+            }
+            None => match self.stream.write_all(&self.out.buf).await {
+                // TLS records may wait in rustls until flushed.
+                Ok(()) => self.stream.flush().await.map_err(|_| Close::Gone),
+                Err(_) => Err(Close::Gone),
+            },
+        };
+        self.out.buf.clear();
+        r
     }
 
     async fn flush_if_full(&mut self) -> Result<(), Close> {
@@ -314,8 +350,9 @@ impl Connection {
         self.out
             .parameter_status("session_authorization", &session.current_user());
         let interrupt = session.interrupt();
-        registration.key = Some(self.shared.register(interrupt.clone()));
-        let (pid, secret) = registration.key.unwrap_or_default();
+        let ((pid, secret), cancels) = self.shared.register(interrupt.clone());
+        registration.key = Some((pid, secret));
+        self.cancels = Some(cancels);
         self.out.backend_key(pid, secret);
         self.out.ready(b'I');
         self.flush().await?;
@@ -474,9 +511,12 @@ impl Connection {
             }
             match message {
                 Frontend::Query(sql) => {
+                    let in_block = self.in_block();
                     self.simple_query(sql).await?;
+                    self.transaction_ended(in_block);
                     self.ready();
                     self.flush().await?;
+                    self.stop = None;
                 }
                 Frontend::Parse {
                     name,
@@ -496,16 +536,22 @@ impl Connection {
                     if kind == b'S' {
                         self.statements.remove(&name);
                     } else {
+                        // A live portal's query is cancelled with it.
                         self.portals.remove(&name);
                     }
                     self.out.close_complete();
                 }
                 Frontend::Sync => {
                     self.skip_until_sync = false;
-                    // The unnamed portal does not outlive the transaction.
-                    self.portals.remove("");
+                    // Outside a transaction block Sync ends the implicit
+                    // transaction, and every portal with it (PostgreSQL's
+                    // rule); in a block they live until its end.
+                    if !self.in_block() {
+                        self.portals.clear();
+                    }
                     self.ready();
                     self.flush().await?;
+                    self.stop = None;
                 }
                 Frontend::Flush => self.flush().await?,
                 Frontend::Terminate => return Ok(()),
@@ -525,6 +571,20 @@ impl Connection {
                 }
             }
             self.flush_if_full().await?;
+        }
+    }
+
+    /// Whether the session is in a transaction block (failed or not).
+    fn in_block(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.in_transaction())
+    }
+
+    /// After a statement: if it ended the transaction block the
+    /// connection was in, the block's portals go (their queries are
+    /// cancelled), as PostgreSQL drops portals at transaction end.
+    fn transaction_ended(&mut self, was_in_block: bool) {
+        if was_in_block && !self.in_block() {
+            self.portals.clear();
         }
     }
 
@@ -585,6 +645,11 @@ impl Connection {
         if let Some(i) = &self.interrupt {
             i.arm(timeout.map(|t| now + t));
         }
+        // Writes to the client race the timeout and cancels meanwhile.
+        self.halt.send_replace(None);
+        if let Some(cancels) = &self.cancels {
+            self.stop = Some(Stop::new(timeout.map(|t| now + t), cancels.clone()));
+        }
         let deadline = tokio::time::sleep(timeout.unwrap_or(Duration::MAX / 4));
         tokio::pin!(deadline);
         let mut timing = timeout.is_some();
@@ -608,6 +673,11 @@ impl Connection {
                     }
                 }
                 joined = &mut task => {
+                    // Unless it was stopped during a write, the reply is
+                    // written as any other (see `stall`).
+                    if !self.stop.as_ref().is_some_and(|s| s.stopped) {
+                        self.stop = None;
+                    }
                     return match joined {
                         Ok((session, r)) => {
                             self.session = Some(session);
@@ -662,7 +732,7 @@ impl Connection {
     }
 
     async fn simple_query(&mut self, sql: String) -> Result<(), Close> {
-        let (streamer, mut streaming) = Streaming::new(None);
+        let (streamer, mut streaming) = Streaming::new(None, self.halt.subscribe());
         let statements = self
             .on_session(
                 move |s| {
@@ -687,14 +757,25 @@ impl Connection {
 
     /// Replies to one statement of a simple query: its rows (unless they
     /// were streamed) and command tag, the copy sub-protocol, or its error.
-    async fn answer(&mut self, result: Result<StatementOutput, SqlError>) -> Result<(), Close> {
+    /// `copying`: the copy data of a `COPY … TO` that streamed while it
+    /// ran (see `copy`).
+    async fn answer(
+        &mut self,
+        result: Result<StatementOutput, SqlError>,
+        copying: Option<RowWriter>,
+    ) -> Result<(), Close> {
         match result.and_then(|output| self.deallocate(output)) {
             // A failed copy sent its error; the simple query goes on.
             Ok(StatementOutput::CopyIn(copy)) => {
                 self.copy_in(copy).await?;
             }
             Ok(StatementOutput::CopyOut(copy)) => {
-                self.copy_out(copy).await?;
+                self.copy_out(copy, copying).await?;
+            }
+            Err(e) if copying.is_some() => {
+                // The client is in copy-out mode: end it, then report.
+                self.out.copy_done();
+                self.sql_error(&e);
             }
             Ok(output) => {
                 let mut rows = match rows_of(output) {
@@ -824,6 +905,7 @@ impl Connection {
                 params: values,
                 result_formats,
                 result: None,
+                live: None,
             },
         );
         self.out.bind_complete();
@@ -871,30 +953,52 @@ impl Connection {
             );
             return Ok(());
         };
+        let limit = usize::try_from(max_rows).ok().filter(|&n| n > 0);
+        if let Some(live) = portal.live.take() {
+            return self.fetch_portal(name, portal, live, limit).await;
+        }
         if portal.result.is_none() {
             let prepared = portal.statement.prepared.clone();
             let params = portal.params.clone();
+            let in_block = self.in_block();
             // Without a row limit the rows stream as the query makes them;
-            // with one the result is kept for the portal's next Execute.
-            let outcome = if max_rows <= 0 {
-                let (streamer, mut streaming) = Streaming::new(Some(portal.result_formats.clone()));
-                let outcome = self
-                    .on_session(
+            // with one the query is opened live, its rows fetched by this
+            // Execute and the portal's next ones.
+            let (streamer, mut streaming) =
+                Streaming::new(Some(portal.result_formats.clone()), self.halt.subscribe());
+            let outcome = match limit {
+                None => {
+                    self.on_session(
                         move |s| s.execute_prepared_streaming(&prepared, params, streamer),
                         Some(&mut streaming),
                     )
-                    .await?;
-                self.drain(&mut streaming).await?;
-                if streaming.failed {
-                    // A row could not be encoded; its error was the reply.
-                    self.skip_until_sync = true;
-                    return Ok(());
-                }
-                outcome
-            } else {
-                self.with_session(move |s| s.execute_prepared(&prepared, params))
                     .await?
+                }
+                Some(_) => {
+                    let opened = self
+                        .on_session(
+                            move |s| s.open_prepared(&prepared, params, streamer),
+                            Some(&mut streaming),
+                        )
+                        .await?;
+                    match opened {
+                        Ok(Opened::Live(live)) => {
+                            self.drain(&mut streaming).await?;
+                            return self.fetch_portal(name, portal, live, limit).await;
+                        }
+                        Ok(Opened::Done(output)) => Ok(output),
+                        Err(e) => Err(e),
+                    }
+                }
             };
+            self.drain(&mut streaming).await?;
+            self.transaction_ended(in_block);
+            if streaming.failed {
+                // A row could not be encoded; its error was the reply.
+                self.skip_until_sync = true;
+                return Ok(());
+            }
+            let copying = streaming.copy.take();
             // A COPY's exchange follows its Execute; after an error, the
             // messages up to Sync are skipped.
             let outcome = match outcome.and_then(|output| self.deallocate(output)) {
@@ -903,8 +1007,13 @@ impl Connection {
                     return Ok(());
                 }
                 Ok(StatementOutput::CopyOut(copy)) => {
-                    self.skip_until_sync |= self.copy_out(copy).await?;
+                    self.skip_until_sync |= self.copy_out(copy, copying).await?;
                     return Ok(());
+                }
+                Err(e) if copying.is_some() => {
+                    // The client is in copy-out mode: end it, then report.
+                    self.out.copy_done();
+                    Err(e)
                 }
                 other => other,
             };
@@ -937,6 +1046,53 @@ impl Connection {
             self.out.portal_suspended();
             portal.result = Some(rows);
             self.portals.insert(name.to_string(), portal);
+        }
+        Ok(())
+    }
+
+    /// The next Execute of a portal whose query is live: up to `limit` rows
+    /// (all that remain for `None`) stream to the client, then
+    /// PortalSuspended — the portal kept, its query paused until the next
+    /// Execute — or, after the last row, CommandComplete. An error ends the
+    /// query and the portal.
+    async fn fetch_portal(
+        &mut self,
+        name: &str,
+        mut portal: Portal,
+        mut live: LiveQuery,
+        limit: Option<usize>,
+    ) -> Result<(), Close> {
+        let (streamer, mut streaming) =
+            Streaming::new(Some(portal.result_formats.clone()), self.halt.subscribe());
+        let (live, fetched) = self
+            .on_session(
+                move |s| {
+                    let fetched = s.fetch_live(&mut live, limit, &*streamer);
+                    (live, fetched)
+                },
+                Some(&mut streaming),
+            )
+            .await?;
+        self.drain(&mut streaming).await?;
+        if streaming.failed {
+            // A row could not be encoded; its error was the reply. The
+            // query is cancelled with `live`.
+            self.skip_until_sync = true;
+            return Ok(());
+        }
+        match fetched {
+            Ok(f) if f.done => self
+                .out
+                .command_complete(&format!("SELECT {}", live.rows())),
+            Ok(_) => {
+                self.out.portal_suspended();
+                portal.live = Some(live);
+                self.portals.insert(name.to_string(), portal);
+            }
+            Err(e) => {
+                self.sql_error(&e);
+                self.skip_until_sync = true;
+            }
         }
         Ok(())
     }

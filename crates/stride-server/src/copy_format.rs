@@ -546,8 +546,8 @@ fn read_binary(data: &[u8], columns: &mut Columns<'_>) -> Result<()> {
 }
 
 /// Writes rows of one result in a `COPY … TO` format.
-pub struct RowWriter<'a> {
-    options: &'a CopyOptions,
+pub struct RowWriter {
+    options: CopyOptions,
     /// Scratch space for one value's text.
     value: Vec<u8>,
     /// The binary header, written in front of the first row (or the
@@ -555,8 +555,8 @@ pub struct RowWriter<'a> {
     prefix: Vec<u8>,
 }
 
-impl<'a> RowWriter<'a> {
-    pub fn new(options: &'a CopyOptions) -> Self {
+impl RowWriter {
+    pub fn new(options: CopyOptions) -> Self {
         let prefix = if options.format == CopyFormat::Binary {
             let mut p = BINARY_SIGNATURE.to_vec();
             p.extend_from_slice(&0i32.to_be_bytes()); // flags
@@ -572,10 +572,15 @@ impl<'a> RowWriter<'a> {
         }
     }
 
+    /// Whether rows are written in the binary format.
+    pub fn binary(&self) -> bool {
+        self.options.format == CopyFormat::Binary
+    }
+
     /// A header line of column names where asked for (text, CSV), sent
     /// as a message of its own; `None`: none.
     pub fn header(&mut self, names: &[&str]) -> Option<Vec<u8>> {
-        let o = self.options;
+        let o = &self.options;
         match o.format {
             CopyFormat::Binary => None,
             _ if !o.header => None,
@@ -611,7 +616,7 @@ impl<'a> RowWriter<'a> {
         row: usize,
         out: &mut Vec<u8>,
     ) {
-        let o = self.options;
+        let o = &self.options;
         if o.format == CopyFormat::Binary {
             out.append(&mut self.prefix);
             out.extend_from_slice(&(columns.len() as i16).to_be_bytes());
@@ -648,7 +653,7 @@ impl<'a> RowWriter<'a> {
     /// Appends one non-NULL value, escaped (text) or quoted where needed
     /// (CSV).
     fn field(&self, value: &[u8], first: bool, out: &mut Vec<u8>) {
-        let o = self.options;
+        let o = &self.options;
         if o.format == CopyFormat::Csv {
             let quote = value == o.null.as_bytes()
                 || (first && value == b"\\.")
@@ -792,7 +797,7 @@ mod tests {
                 .iter()
                 .map(|c| ColumnEncoder::new(c, binary, &fmt).unwrap())
                 .collect();
-            let mut w = RowWriter::new(&o);
+            let mut w = RowWriter::new(o.clone());
             let mut data = w.header(&["a", "s"]).unwrap_or_default();
             assert_eq!(data.is_empty(), !o.header, "{sql}");
             for row in 0..2 {

@@ -4,7 +4,9 @@
 //! One tokio task serves each connection; statements run on tokio's blocking
 //! threads, which plan the query and wait for its resource group while the
 //! scheduler's workers execute it, so a worker never waits on a socket.
-//! Results are encoded and written to the client after the query completed.
+//! Results are encoded and written to the client while the query runs
+//! (`connection::stream`); a portal's or cursor's query waits, paused,
+//! between fetches (`stride_sql::LiveQuery`).
 //!
 //! * [`protocol`] — framing, frontend message parsing, backend messages;
 //! * [`types`] — Arrow ↔ PostgreSQL types, text and binary formats;
@@ -35,6 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use stride_sql::{Engine, Interrupt};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 /// How clients authenticate.
 #[derive(Debug, Clone, Default)]
@@ -82,6 +85,11 @@ pub struct ServerConfig {
     pub tls: Option<tls::TlsAcceptor>,
     /// Refuse clients that start up without TLS.
     pub require_tls: bool,
+    /// A client whose statement was stopped (timeout, CancelRequest) while
+    /// its socket was full, and that then reads nothing for this long, is
+    /// disconnected (`connection::stall`). The statement itself ends at
+    /// once, whatever this is.
+    pub stalled_client_timeout: std::time::Duration,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +101,7 @@ impl Default for ServerConfig {
             authentication_timeout: std::time::Duration::from_secs(10),
             tls: None,
             require_tls: false,
+            stalled_client_timeout: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -119,7 +128,7 @@ pub struct Shared {
     /// Next backend process id handed to a client; Relaxed (uniqueness only).
     next_pid: AtomicI32,
     /// Backend key data → the connection's interrupt, for CancelRequests.
-    cancel_keys: Mutex<HashMap<(i32, i32), Arc<Interrupt>>>,
+    cancel_keys: Mutex<HashMap<(i32, i32), CancelTarget>>,
     /// Randomly keyed (per process) hasher that makes secret keys.
     keys: RandomState,
     /// Random per server: derives the stand-in verifiers of names that are
@@ -133,13 +142,17 @@ impl Shared {
         self.connections.load(Ordering::Relaxed)
     }
 
-    fn register(&self, interrupt: Arc<Interrupt>) -> (i32, i32) {
+    /// Registers a connection's interrupt under new backend key data;
+    /// returns the key and the count of cancel requests it will get.
+    fn register(&self, interrupt: Arc<Interrupt>) -> ((i32, i32), watch::Receiver<u64>) {
         let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
         // The secret only has to be unguessable by other clients: a hash of
         // the pid under this process's random keys.
         let secret = self.keys.hash_one(pid) as i32;
-        self.lock_keys().insert((pid, secret), interrupt);
-        (pid, secret)
+        let (cancels, seen) = watch::channel(0);
+        self.lock_keys()
+            .insert((pid, secret), CancelTarget { interrupt, cancels });
+        ((pid, secret), seen)
     }
 
     fn unregister(&self, key: (i32, i32)) {
@@ -147,17 +160,19 @@ impl Shared {
     }
 
     fn cancel(&self, key: (i32, i32)) -> bool {
-        let interrupt = self.lock_keys().get(&key).cloned();
-        match interrupt {
-            Some(i) => {
-                i.cancel();
+        let keys = self.lock_keys();
+        match keys.get(&key) {
+            Some(target) => {
+                target.interrupt.cancel();
+                // A connection blocked writing to a full socket is told too.
+                target.cancels.send_modify(|n| *n += 1);
                 true
             }
             None => false,
         }
     }
 
-    fn lock_keys(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, i32), Arc<Interrupt>>> {
+    fn lock_keys(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, i32), CancelTarget>> {
         self.cancel_keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -176,6 +191,14 @@ impl Shared {
             derive("server"),
         )
     }
+}
+
+/// What a CancelRequest with a connection's key reaches: its session's
+/// interrupt, and a count the connection watches while a write to its
+/// client is blocked (`connection::stall`).
+struct CancelTarget {
+    interrupt: Arc<Interrupt>,
+    cancels: watch::Sender<u64>,
 }
 
 /// The tokio runtime a server runs on: its threads (connection tasks and the

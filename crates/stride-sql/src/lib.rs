@@ -73,5 +73,6 @@ pub use engine::{
     CopyIn, CopyOut, Engine, EngineConfig, FileAccess, MemoryConfig, Prepared, QueryOutput,
     ResultReceiver, ScanDefaults, Session, SpillConfig, StatementOutput,
 };
+pub use engine::{Fetched, LiveQuery, Opened};
 pub use error::{PlanKind, SettingKind, SqlError, UndefinedKind};
 pub use interrupt::Interrupt;

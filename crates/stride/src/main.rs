@@ -312,6 +312,11 @@ struct ServeArgs {
     /// Seconds a client has to complete startup and authentication.
     #[arg(long, default_value_t = 10.0)]
     authentication_timeout: f64,
+    /// Seconds a client whose statement was stopped (statement_timeout,
+    /// CancelRequest) while its socket was full may read nothing before it
+    /// is disconnected.
+    #[arg(long, default_value_t = 10.0)]
+    stalled_client_timeout: f64,
 }
 
 /// Builds the engine and generates the requested data.
@@ -590,6 +595,7 @@ fn serve(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
             _ => None,
         },
         require_tls: args.require_tls,
+        stalled_client_timeout: Duration::from_secs_f64(args.stalled_client_timeout),
     };
     let runtime = stride_server::runtime_builder()
         .build()

@@ -24,14 +24,12 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// The share the streaming tests run with: far below their results.
 const SMALL_SHARE: &str = "256kB";
+const SMALL_SHARE_BYTES: i64 = 256 * 1024;
 
 fn server() -> &'static TestServer {
     static SERVER: OnceLock<TestServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("stride-stream-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        common::client::tpch_server(256 << 20, 32 << 20, dir)
-    })
+    SERVER
+        .get_or_init(|| common::client::shared_tpch_server("stream", common::client::test_config()))
 }
 
 fn turn() -> std::sync::MutexGuard<'static, ()> {
@@ -45,15 +43,7 @@ async fn connect() -> Client {
 
 /// Every query's memory went back to the pool and no spill file is left.
 fn back_to_baseline() {
-    let engine = &server().engine;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (engine.memory().used() != 0 || engine.spill_area().bytes_on_disk() != 0)
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(engine.memory().used(), 0, "bytes still charged");
-    assert_eq!(engine.spill_area().bytes_on_disk(), 0, "spill files left");
+    common::client::back_to_baseline(&server().engine);
 }
 
 /// Four copies of lineitem: about 240,000 rows, some 30 MB as text.
@@ -135,18 +125,25 @@ fn a_result_far_past_the_share_streams_whole_in_both_protocols() {
                 .map(|(a, b, c)| [a.as_str(), b.as_str(), c.as_str()]),
         );
         assert_eq!(got, want, "extended query");
-        // The query really ran past its share: the union's inputs (UNION
-        // ALL materializes them) spilled.
-        let spilled: i64 = client
+        // The result is far larger than the share, and the query held no
+        // more than its share (each branch of the union streams through
+        // its own pipeline into the result: nothing is collected).
+        let row = client
             .query_one(
-                "select spilled_bytes from stride.queries where query like '%union all%' \
+                "select memory_peak_bytes from stride.queries where query like '%union all%' \
                  and state = 'done' order by query_id desc limit 1",
                 &[],
             )
             .await
-            .unwrap()
-            .get(0);
-        assert!(spilled > 0, "the union's inputs spilled");
+            .unwrap();
+        let peak: i64 = row.get(0);
+        let result_bytes: i64 = text
+            .iter()
+            .map(|(a, b, c)| (a.len() + b.len() + c.len()) as i64)
+            .sum();
+        let share = SMALL_SHARE_BYTES;
+        assert!(result_bytes > 8 * share, "{result_bytes} bytes of result");
+        assert!(peak <= share, "peak {peak} within the share {share}");
     });
     back_to_baseline();
 }
@@ -276,9 +273,14 @@ fn a_timeout_mid_stream_is_an_error_after_the_rows_sent() {
         .write_all(&wire::query_message("set statement_timeout = 1500"))
         .unwrap();
     wire::read_until(&mut stream, b'Z');
-    first_row(&mut stream, BIG);
-    // The client stalls past the timeout; the server waits on the socket.
-    std::thread::sleep(Duration::from_millis(2500));
+    let marker = "/* stalls past its timeout */";
+    first_row(&mut stream, &format!("{BIG} {marker}"));
+    // The client stalls past the timeout; the server's write waits on the
+    // full socket, but the statement ends at its deadline all the same.
+    std::thread::sleep(Duration::from_millis(1800));
+    let state = runtime().block_on(async { state_of(&connect().await, marker).await });
+    assert_eq!(state, "cancelled", "the statement outlived its deadline");
+    std::thread::sleep(Duration::from_millis(700));
     let rest = wire::read_until(&mut stream, b'Z');
     let tags: Vec<u8> = rest.iter().map(|m| m.0).filter(|&t| t != b'D').collect();
     assert_eq!(tags, vec![b'E', b'Z'], "an error, then ready");

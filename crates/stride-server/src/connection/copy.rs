@@ -5,7 +5,8 @@
 //!                                          │      (Flush/Sync ignored)        appended as one
 //!                                          │                                  write ─► COPY n
 //!                                          └─ CopyFail ─► 57014; another message ─► 08P01
-//!  COPY … TO STDOUT  ─► CopyOutResponse, CopyData per row, CopyDone, COPY n
+//!  COPY … TO STDOUT  ─► CopyOutResponse, CopyData per row (streamed while the
+//!                        query runs, `stream`), CopyDone, COPY n
 //!  COPY … FROM 'file' (superusers) ─► the file read and appended like client data
 //! ```
 //!
@@ -22,8 +23,9 @@
 //! ignores it; after an error the connection skips to the next Sync.
 
 use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use arrow::util::display::FormatOptions;
-use stride_sql::{CopyFormat, CopyIn, CopyOut, SqlError, StatementOutput};
+use stride_sql::{CopyFormat, CopyIn, CopyOptions, CopyOut, SqlError, StatementOutput};
 
 use super::{Close, Connection};
 use crate::copy_format::{self, CopyDataError, RowWriter};
@@ -163,41 +165,30 @@ impl Connection {
         }
     }
 
-    /// Sends the rows of a `COPY … TO STDOUT`: one CopyData per row.
-    /// Returns whether the copy failed (its error sent).
-    pub(super) async fn copy_out(&mut self, copy: Box<CopyOut>) -> Result<bool, Close> {
+    /// Finishes a `COPY … TO STDOUT`: its rows stream while its query ran
+    /// (`copying`: the writer [`Connection::begin_copy_out`] made, the
+    /// rows sent already) or come collected in `copy`; then CopyDone and
+    /// `COPY n`. Returns whether the copy failed (its error sent).
+    pub(super) async fn copy_out(
+        &mut self,
+        copy: Box<CopyOut>,
+        copying: Option<RowWriter>,
+    ) -> Result<bool, Close> {
         let CopyOut { output, options } = *copy;
-        let binary = options.format == CopyFormat::Binary;
-        let columns = output.schema.fields().len();
-        self.out.copy_response(b'H', binary, columns);
-        let mut writer = RowWriter::new(&options);
-        let names: Vec<&str> = output
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
-        if let Some(header) = writer.header(&names) {
-            let at = self.out.begin_copy_data();
-            self.out.buf.extend_from_slice(&header);
-            self.out.end_copy_data(at);
-        }
-        let mut rows = 0usize;
-        for batch in &output.batches {
-            let mut row = 0;
-            while row < batch.num_rows() {
-                match encode_copy_rows(&mut self.out, &mut writer, batch, binary, row) {
-                    Ok(n) => row += n,
-                    Err(message) => {
-                        // The client is in copy-out mode: end it, then report.
-                        self.out.copy_done();
-                        self.out.error("ERROR", sqlstate::INTERNAL_ERROR, &message);
-                        return Ok(true);
-                    }
+        let streamed = output.streamed.is_some();
+        let mut writer = match copying {
+            Some(w) => w,
+            None => self.begin_copy_out(&output.schema, options),
+        };
+        if !streamed {
+            for batch in &output.batches {
+                if let Err(message) = self.send_copy_batch(&mut writer, batch).await? {
+                    // The client is in copy-out mode: end it, then report.
+                    self.out.copy_done();
+                    self.out.error("ERROR", sqlstate::INTERNAL_ERROR, &message);
+                    return Ok(true);
                 }
-                self.flush_if_full().await?;
             }
-            rows += batch.num_rows();
         }
         if let Some(trailer) = writer.trailer() {
             let at = self.out.begin_copy_data();
@@ -205,8 +196,42 @@ impl Connection {
             self.out.end_copy_data(at);
         }
         self.out.copy_done();
-        self.out.command_complete(&format!("COPY {rows}"));
+        self.out
+            .command_complete(&format!("COPY {}", output.num_rows()));
         Ok(false)
+    }
+
+    /// Starts a `COPY … TO STDOUT`: CopyOutResponse and the header line
+    /// where asked for; returns the writer of its rows.
+    pub(super) fn begin_copy_out(&mut self, schema: &SchemaRef, options: CopyOptions) -> RowWriter {
+        let binary = options.format == CopyFormat::Binary;
+        self.out.copy_response(b'H', binary, schema.fields().len());
+        let mut writer = RowWriter::new(options);
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        if let Some(header) = writer.header(&names) {
+            let at = self.out.begin_copy_data();
+            self.out.buf.extend_from_slice(&header);
+            self.out.end_copy_data(at);
+        }
+        writer
+    }
+
+    /// Sends every row of `batch` as CopyData, writing whenever the output
+    /// buffer is full; the inner error: a value that cannot be encoded.
+    pub(super) async fn send_copy_batch(
+        &mut self,
+        writer: &mut RowWriter,
+        batch: &RecordBatch,
+    ) -> Result<Result<(), String>, Close> {
+        let mut row = 0;
+        while row < batch.num_rows() {
+            match encode_copy_rows(&mut self.out, writer, batch, row) {
+                Ok(n) => row += n,
+                Err(message) => return Ok(Err(message)),
+            }
+            self.flush_if_full().await?;
+        }
+        Ok(Ok(()))
     }
 }
 
@@ -214,11 +239,11 @@ impl Connection {
 /// until [`super::FLUSH_BYTES`] are buffered; returns how many.
 fn encode_copy_rows(
     out: &mut protocol::Out,
-    writer: &mut RowWriter<'_>,
+    writer: &mut RowWriter,
     batch: &RecordBatch,
-    binary: bool,
     start: usize,
 ) -> Result<usize, String> {
+    let binary = writer.binary();
     let format = FormatOptions::default().with_null("");
     let encoders = batch
         .columns()

@@ -20,6 +20,15 @@
 //! then the query's own queue, whose surplus the executor parks on disk
 //! (`stride_exec::stream`); memory stays bounded by the query's share.
 //!
+//! A `COPY … TO STDOUT` streams the same way: its result begins with
+//! [`Event::CopyColumns`] instead of [`Event::Columns`] — a CopyOutResponse
+//! instead of a RowDescription — and its batches go out as CopyData, one
+//! a row; the statement's end sends CopyDone and `COPY n`.
+//!
+//! A client that stops reading while its statement is stopped (timeout,
+//! CancelRequest) is handled by `stall`: batches that arrive after the
+//! stop are dropped.
+//!
 //! A client that goes away mid-stream ends the task's receiving end: the
 //! streamer's next send fails, which cancels the query; the task also
 //! cancels it through the session's interrupt. An error after some rows
@@ -33,10 +42,11 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use stride_exec::StreamedBatch;
-use stride_sql::{ResultReceiver, SqlError, StatementOutput};
-use tokio::sync::mpsc;
+use stride_sql::{CopyOptions, ResultReceiver, SqlError, StatementOutput};
+use tokio::sync::{mpsc, watch};
 
 use super::{describe_schema, encode_rows, Close, Connection};
+use crate::copy_format::RowWriter;
 use crate::sqlstate;
 
 /// Events in flight between the statement's thread and the connection.
@@ -47,6 +57,8 @@ const CHANNEL_EVENTS: usize = 4;
 pub(super) enum Event {
     /// A streamed result begins.
     Columns(SchemaRef),
+    /// A `COPY … TO STDOUT`'s rows begin.
+    CopyColumns(SchemaRef, CopyOptions),
     Batch(StreamedBatch),
     /// A statement of a simple query ended (boxed: a batch, the common
     /// event, is far smaller).
@@ -56,6 +68,9 @@ pub(super) enum Event {
 /// The session's [`ResultReceiver`]: sends events to the connection.
 pub(super) struct Streamer {
     tx: mpsc::Sender<Event>,
+    /// Set by the connection when it stopped the request while its writes
+    /// wait for a client that reads nothing (`Some(timed out)`; `stall`).
+    halted: watch::Receiver<Option<bool>>,
 }
 
 impl Streamer {
@@ -67,15 +82,45 @@ impl Streamer {
             .blocking_send(event)
             .map_err(|_| SqlError::Cancelled)
     }
+
+    /// As [`Streamer::send`], for the rows of a result: gives up (the
+    /// event dropped) with the stop's error once the connection halted
+    /// the request, so that the statement ends although its client reads
+    /// nothing.
+    fn send_rows(&self, event: Event) -> Result<(), SqlError> {
+        let mut halted = self.halted.clone();
+        let stop = |timed_out: bool| {
+            if timed_out {
+                SqlError::Timeout
+            } else {
+                SqlError::Cancelled
+            }
+        };
+        if let Some(timed_out) = *halted.borrow_and_update() {
+            return Err(stop(timed_out));
+        }
+        tokio::runtime::Handle::current().block_on(async {
+            tokio::select! {
+                sent = self.tx.send(event) => sent.map_err(|_| SqlError::Cancelled),
+                why = halted.wait_for(Option::is_some) => {
+                    Err(stop(why.map(|w| *w == Some(true)).unwrap_or(false)))
+                }
+            }
+        })
+    }
 }
 
 impl ResultReceiver for Streamer {
     fn columns(&self, schema: &SchemaRef) -> Result<(), SqlError> {
-        self.send(Event::Columns(schema.clone()))
+        self.send_rows(Event::Columns(schema.clone()))
+    }
+
+    fn copy_columns(&self, schema: &SchemaRef, options: &CopyOptions) -> Result<(), SqlError> {
+        self.send_rows(Event::CopyColumns(schema.clone(), options.clone()))
     }
 
     fn batch(&self, batch: StreamedBatch) -> Result<(), SqlError> {
-        self.send(Event::Batch(batch))
+        self.send_rows(Event::Batch(batch))
     }
 }
 
@@ -89,6 +134,9 @@ pub(super) struct Streaming {
     /// A row could not be encoded: the error was sent, the rest of this
     /// result is dropped.
     pub(super) failed: bool,
+    /// A `COPY … TO STDOUT` is streaming: its rows' writer (the statement's
+    /// end finishes the copy with it).
+    pub(super) copy: Option<RowWriter>,
     /// Events held back behind a `COPY … FROM STDIN` until the session is
     /// back.
     deferred: Option<Vec<Event>>,
@@ -97,17 +145,22 @@ pub(super) struct Streaming {
 }
 
 impl Streaming {
-    /// A stream and the receiver to hand to the session.
-    pub(super) fn new(formats: Option<Vec<i16>>) -> (Arc<Streamer>, Self) {
+    /// A stream and the receiver to hand to the session; `halted` is the
+    /// connection's stop signal (`stall`).
+    pub(super) fn new(
+        formats: Option<Vec<i16>>,
+        halted: watch::Receiver<Option<bool>>,
+    ) -> (Arc<Streamer>, Self) {
         let (tx, rx) = mpsc::channel(CHANNEL_EVENTS);
         let streaming = Streaming {
             rx,
             formats,
             failed: false,
+            copy: None,
             deferred: None,
             session_back: false,
         };
-        (Arc::new(Streamer { tx }), streaming)
+        (Arc::new(Streamer { tx, halted }), streaming)
     }
 
     /// The next event; `None` once every sender is gone.
@@ -134,10 +187,25 @@ impl Connection {
                     self.out.row_description(&describe_schema(&schema, &[]));
                 }
             }
+            Event::CopyColumns(schema, options) => {
+                streaming.failed = false;
+                streaming.copy = Some(self.begin_copy_out(&schema, options));
+            }
             Event::Batch(batch) => {
-                if !streaming.failed {
-                    let formats = streaming.formats.clone().unwrap_or_default();
-                    if let Err(message) = self.send_batch(&batch.batch, &formats).await? {
+                let stopped = self.stop.as_ref().is_some_and(|s| s.stopped);
+                if !streaming.failed && !stopped {
+                    let sent = match streaming.copy.as_mut() {
+                        Some(writer) => self.send_copy_batch(writer, &batch.batch).await?,
+                        None => {
+                            let formats = streaming.formats.clone().unwrap_or_default();
+                            self.send_batch(&batch.batch, &formats).await?
+                        }
+                    };
+                    if let Err(message) = sent {
+                        if streaming.copy.take().is_some() {
+                            // The client is in copy-out mode: end it first.
+                            self.out.copy_done();
+                        }
                         self.out.error("ERROR", sqlstate::INTERNAL_ERROR, &message);
                         streaming.failed = true;
                     }
@@ -155,7 +223,8 @@ impl Connection {
                 } else if std::mem::take(&mut streaming.failed) && result.is_ok() {
                     // Its error was the reply.
                 } else {
-                    self.answer(*result).await?;
+                    let copying = streaming.copy.take();
+                    self.answer(*result, copying).await?;
                 }
             }
         }

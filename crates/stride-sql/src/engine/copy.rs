@@ -4,15 +4,23 @@
 //! appending the rows of `COPY … FROM` through the same transactional path
 //! as `INSERT`. Moving and converting the data is the caller's (the
 //! wire-protocol server's copy sub-protocol).
+//!
+//! The query of `COPY … TO STDOUT` streams: where the request has a
+//! receiver (the server), its rows go to it while the query runs, after
+//! [`ResultReceiver::copy_columns`] (not `columns`: they become copy data,
+//! not a result) — so a copy of a table larger than the query's memory
+//! share goes out whole, at the client's pace. Without one (embedded use)
+//! they are collected.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use arrow::array::{new_null_array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{FieldRef, SchemaRef};
 use datafusion_common::TableReference;
 use stride_storage::catalog::CatalogOp;
 
-use super::{command, QueryOutput, Session, StatementOutput};
+use super::{command, QueryOutput, ResultReceiver, Session, StatementOutput};
 use crate::copy::{CopyEndpoint, CopyOptions, CopyRelation};
 use crate::error::{PlanKind, Result, SqlError, UndefinedKind};
 use crate::roles::TablePrivilege;
@@ -44,11 +52,33 @@ impl CopyIn {
     }
 }
 
-/// The rows of a `COPY … TO STDOUT`, to be sent in `options`' format.
+/// The rows of a `COPY … TO STDOUT`, to be sent in `options`' format:
+/// collected in `output`, or streamed to the request's receiver already
+/// (`output.streamed`; see the module docs).
 #[derive(Debug)]
 pub struct CopyOut {
     pub output: QueryOutput,
     pub options: CopyOptions,
+}
+
+/// The request's receiver, told that the result it gets is a copy's.
+struct CopyReceiver {
+    inner: Arc<dyn ResultReceiver>,
+    options: CopyOptions,
+}
+
+impl ResultReceiver for CopyReceiver {
+    fn columns(&self, schema: &SchemaRef) -> Result<()> {
+        self.inner.copy_columns(schema, &self.options)
+    }
+
+    fn copy_columns(&self, schema: &SchemaRef, options: &CopyOptions) -> Result<()> {
+        self.inner.copy_columns(schema, options)
+    }
+
+    fn batch(&self, batch: stride_exec::StreamedBatch) -> Result<()> {
+        self.inner.batch(batch)
+    }
 }
 
 /// An identifier as PostgreSQL folds it: unquoted to lower case.
@@ -102,7 +132,7 @@ impl Session {
                     format!("SELECT {list} FROM {}.{}", quoted(&schema), quoted(&table))
                 }
             };
-            let output = self.copy_query(&query, sql)?;
+            let output = self.copy_query(&query, sql, &stmt.options)?;
             return Ok(StatementOutput::CopyOut(Box::new(CopyOut {
                 output,
                 options: stmt.options,
@@ -179,16 +209,26 @@ impl Session {
     }
 
     /// Runs the query of a `COPY … TO` as a statement of its own (bound,
-    /// authorized, logged under the `COPY` text).
-    fn copy_query(&mut self, query: &str, sql: &str) -> Result<QueryOutput> {
+    /// authorized, logged under the `COPY` text), its rows streamed to the
+    /// request's receiver as copy data where there is one.
+    fn copy_query(&mut self, query: &str, sql: &str, options: &CopyOptions) -> Result<QueryOutput> {
         let mut statements = crate::limits::parse(query)?;
         let (Some(stmt), true) = (statements.pop_front(), statements.is_empty()) else {
             return Err(SqlError::Syntax("COPY needs exactly one query".into()));
         };
         let mut prepared = self.prepare_statement(stmt)?;
         prepared.sql = sql.trim().trim_end_matches(';').trim_end().to_string();
-        // Its rows become CopyData, not a streamed result.
-        let output = self.collecting(|s| s.run_prepared(&prepared, Vec::new()))?;
+        let copy = self.receiver.clone().map(|inner| {
+            Arc::new(CopyReceiver {
+                inner,
+                options: options.clone(),
+            }) as Arc<dyn ResultReceiver>
+        });
+        let request = std::mem::replace(&mut self.receiver, copy);
+        // Run to its end, also in a request that opens its query live.
+        let output = self.not_opening(|s| s.run_prepared(&prepared, Vec::new()));
+        self.receiver = request;
+        let output = output?;
         match output {
             StatementOutput::Query(q) => Ok(q),
             _ => Err(SqlError::Unsupported(

@@ -3,32 +3,53 @@
 //! (psycopg's server-side "named" cursors, JDBC's fetch size in a
 //! transaction).
 //!
-//! `DECLARE` runs the query on the scheduler at once (it reads the table
-//! snapshots of that moment, as a PostgreSQL cursor reads its snapshot) and
-//! keeps the result; `FETCH` hands it out in order. A cursor without `WITH
-//! HOLD` exists only inside a transaction block and closes at its end; one
-//! `WITH HOLD` lives until `CLOSE`, `DISCARD ALL` or the end of the session.
-//! Only forward fetching: `SCROLL` cursors are refused.
+//! `DECLARE` opens the query live (`engine::live`): it is submitted at
+//! once, reads the table snapshots of that moment (as a PostgreSQL cursor
+//! reads its snapshot) whenever its rows are fetched, and streams its
+//! result into a bounded queue; `FETCH n` hands out the next `n` rows
+//! (streamed to the client as they come, when the request has a
+//! receiver). A client that stops fetching makes the query *pause*: it
+//! holds no worker and no more memory than its queue. Closing a cursor
+//! before its last row cancels its query and returns its memory and spill
+//! files. A cursor without `WITH HOLD` exists only inside a transaction
+//! block and closes at its end; one `WITH HOLD` lives until `CLOSE`,
+//! `DISCARD ALL` or the end of the session. Only forward fetching:
+//! `SCROLL` cursors are refused.
+//!
+//! **Held cursors and scheduler slots.** PostgreSQL materializes a `WITH
+//! HOLD` cursor's rest at `COMMIT`; Stride keeps it live, like every
+//! cursor, under one rule that keeps idle cursors from starving other
+//! queries: *a paused query never holds a scheduler slot that another
+//! query waits for.* When a query has to wait for admission (all slots
+//! taken), every paused query is resumed, and a query that would pause
+//! while one waits runs on instead, its rows parked on disk in the
+//! query's spill directory (`stride_exec::stream`, `stride_sched::pause`):
+//! it finishes and its slot goes to the waiting query, and the cursor's
+//! later fetches read the parked rows. So an idle cursor costs its slot
+//! only while slots are free — more open cursors than slots delay a new
+//! query by at most the time the displaced cursors' queries take to
+//! finish. What such a query parks counts against its share's
+//! backlog limit and `temp_file_limit` (past either, the query fails
+//! with 53200 / 53400 and the cursor's next fetch reports it).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use datafusion_expr::LogicalPlan;
 use datafusion_sql::sqlparser::ast::{
     CloseCursor, Declare, DeclareType, FetchDirection, Ident, Statement as SqlStatement,
 };
 use stride_exec::QueryStats;
 
+use super::live::LiveQuery;
 use super::{command, QueryOutput, Session, StatementOutput};
 use crate::error::{PlanKind, Result, SqlError};
 
-/// An open cursor: its rows and how many were fetched.
+/// An open cursor: its query, running or paused until fetched from.
 #[derive(Debug)]
 pub(super) struct Cursor {
-    schema: SchemaRef,
-    rows: RecordBatch,
-    position: usize,
+    live: LiveQuery,
     hold: bool,
 }
 
@@ -146,15 +167,17 @@ impl Session {
     /// The columns `FETCH` from cursor `name` returns (also its portal's
     /// description for the extended protocol's Describe).
     pub fn cursor_schema(&self, name: &str) -> Option<SchemaRef> {
-        self.cursors.get(name).map(|c| c.schema.clone())
+        self.cursors.get(name).map(|c| c.live.schema().clone())
     }
 
-    /// Opens cursor `name` over a query's result.
+    /// Opens cursor `name` over the query `plan` (bound, authorized) of
+    /// the statement `sql`.
     pub(super) fn declare_cursor(
         &mut self,
         name: &str,
         hold: bool,
-        output: QueryOutput,
+        plan: LogicalPlan,
+        sql: &str,
     ) -> Result<StatementOutput> {
         self.check_declare(hold)?;
         if self.cursors.contains_key(name) {
@@ -162,16 +185,15 @@ impl Session {
                 "cursor \"{name}\" already exists"
             )));
         }
-        let rows = arrow::compute::concat_batches(&output.schema, &output.batches)?;
-        self.cursors.insert(
-            name.to_string(),
-            Cursor {
-                schema: output.schema,
-                rows,
-                position: 0,
-                hold,
-            },
-        );
+        let (output, opened) = self.opening(|s| s.dispatch(plan, sql, true));
+        output?;
+        let Some(live) = opened else {
+            return Err(SqlError::plan(
+                PlanKind::Other,
+                "DECLARE CURSOR needs a query",
+            ));
+        };
+        self.cursors.insert(name.to_string(), Cursor { live, hold });
         Ok(command("DECLARE CURSOR"))
     }
 
@@ -186,17 +208,30 @@ impl Session {
         Ok(())
     }
 
-    /// `FETCH`: the next `count` rows (all that remain for `None`).
+    /// `FETCH`: the next `count` rows (all that remain for `None`),
+    /// streamed to the request's receiver where it has one (and does not
+    /// open its query live: a portal executed with a row limit sends what
+    /// it returns), collected otherwise. A fetch that fails closes the
+    /// cursor (its query is stopped).
     pub(super) fn fetch(&mut self, name: &str, count: Option<usize>) -> Result<StatementOutput> {
-        let cursor = self.cursors.get_mut(name).ok_or_else(|| undefined(name))?;
-        let left = cursor.rows.num_rows() - cursor.position;
-        let n = count.map_or(left, |c| c.min(left));
-        let batch = cursor.rows.slice(cursor.position, n);
-        cursor.position += n;
+        let mut cursor = self.cursors.remove(name).ok_or_else(|| undefined(name))?;
+        let schema = cursor.live.schema().clone();
+        let receiver = self.receiver.clone().filter(|_| !self.opening_wanted());
+        let mut batches = Vec::new();
+        let fetched = match &receiver {
+            Some(r) => r
+                .columns(&schema)
+                .and_then(|()| self.fetch_rows(&mut cursor.live, count, &mut |b| r.batch(b))),
+            None => self.fetch_rows(&mut cursor.live, count, &mut |b| {
+                batches.push(b.batch);
+                Ok(())
+            }),
+        }?;
+        self.cursors.insert(name.to_string(), cursor);
         Ok(StatementOutput::Query(QueryOutput {
-            schema: cursor.schema.clone(),
-            batches: vec![batch],
-            streamed: None,
+            schema,
+            batches,
+            streamed: receiver.map(|_| fetched.rows),
             stats: QueryStats::default(),
             planning: Duration::ZERO,
             execution: Duration::ZERO,

@@ -24,6 +24,8 @@
 //!   scheduler accounting; `EXPLAIN` and planning without running;
 //! * `stream` — requests whose query results stream to a receiver (the
 //!   server's connection) while the query runs;
+//! * `live` — a query opened for later fetches (portals with a row limit,
+//!   cursors);
 //! * `ddl` — `CREATE`/`DROP SCHEMA`, `CREATE`/`DROP TABLE`,
 //!   `CREATE EXTERNAL TABLE`, `INSERT`;
 //! * `set` — `SET`, `SHOW`;
@@ -65,6 +67,7 @@ mod ddl;
 mod dml;
 mod insert_source;
 mod literal_mask;
+mod live;
 mod place;
 mod plan_cache;
 mod prepared;
@@ -75,6 +78,7 @@ mod txn;
 
 pub use catalog_views::PgContext;
 pub use copy::{CopyIn, CopyOut};
+pub use live::{Fetched, LiveQuery, Opened};
 pub use plan_cache::{PlanCache, PlanCacheStats, DEFAULT_PLAN_CACHE_SIZE};
 pub use prepared::Prepared;
 pub use stream::ResultReceiver;
@@ -607,6 +611,7 @@ impl Engine {
             cursors: Default::default(),
             statement_stats: RefCell::new(None),
             receiver: None,
+            opening: Default::default(),
         }
     }
 
@@ -676,6 +681,9 @@ pub struct Session {
     /// Where the running request's query results stream to (set for one
     /// request by `execute_statements_streaming` / `execute_prepared_streaming`).
     receiver: Option<Arc<dyn ResultReceiver>>,
+    /// Whether the running request opens its query live (`live`), and the
+    /// query it opened.
+    opening: RefCell<live::Opening>,
 }
 
 fn external(e: SqlError) -> DataFusionError {
@@ -1109,6 +1117,10 @@ impl Session {
         let id = self.engine.log.start(origin, sql);
         *self.statement_stats.borrow_mut() = None;
         let result = f(self);
+        if result.is_ok() && self.adopt_log_entry(id) {
+            // The query's rows are still to be fetched: it ends the entry.
+            return result;
+        }
         let stats = self.statement_stats.borrow_mut().take().unwrap_or_default();
         let outcome = match &result {
             Ok(_) => Ok(&stats),

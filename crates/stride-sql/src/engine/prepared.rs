@@ -402,16 +402,7 @@ impl Session {
                     (CursorStatement::Declare { name, hold }, Some(plan)) => {
                         self.check_declare(*hold)?;
                         let plan = self.bind_for_execution(plan, params)?;
-                        let output = match self.dispatch(plan, &prepared.sql, false)? {
-                            StatementOutput::Query(q) => q,
-                            _ => {
-                                return Err(SqlError::plan(
-                                    PlanKind::Other,
-                                    "DECLARE CURSOR needs a query",
-                                ))
-                            }
-                        };
-                        self.declare_cursor(name, *hold, output)
+                        self.declare_cursor(name, *hold, plan, &prepared.sql)
                     }
                     (CursorStatement::Fetch { name, count }, _) => self.fetch(name, *count),
                     (CursorStatement::Close(name), _) => self.close_cursor(name.as_deref()),

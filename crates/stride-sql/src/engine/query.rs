@@ -11,7 +11,9 @@ use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_common::ScalarValue;
 use datafusion_expr::{Expr, LogicalPlan};
 
-use super::{external, QueryOutput, ResultReceiver, Session, StatementOutput};
+use super::live::LiveQuery;
+use super::stream::Destination;
+use super::{external, QueryOutput, Session, StatementOutput};
 use crate::error::{PlanKind, Result, SqlError};
 use crate::lower::Lowerer;
 
@@ -49,23 +51,30 @@ impl Session {
         self.interrupt.check()?;
         let planning = start.elapsed();
         let receiver = if stream { self.receiver.clone() } else { None };
-        let mut out = self.run_query_to(plan, receiver.as_deref())?;
+        let to = match receiver.as_deref() {
+            _ if stream && self.opening_wanted() => Destination::Open,
+            Some(receiver) => Destination::Stream(receiver),
+            None => Destination::Collect,
+        };
+        let mut out = self.run_query_to(plan, to)?;
         out.planning += planning;
         Ok(StatementOutput::Query(out))
     }
 
     /// Runs an optimized query plan: scalar subqueries first, then the plan.
     pub fn run_query(&self, plan: &LogicalPlan) -> Result<QueryOutput> {
-        self.run_query_to(plan, None)
+        self.run_query_to(plan, Destination::Collect)
     }
 
     /// As [`Session::run_query`]; with a receiver, the result is streamed
     /// to it while the query runs (`crate::engine::stream`) and the output
-    /// holds no batches, only how many rows were streamed.
+    /// holds no batches, only how many rows were streamed; opened, the
+    /// query is kept running for later fetches (`crate::engine::live`) and
+    /// the output holds neither.
     pub(super) fn run_query_to(
         &self,
         plan: &LogicalPlan,
-        receiver: Option<&dyn ResultReceiver>,
+        to: Destination<'_>,
     ) -> Result<QueryOutput> {
         let start = Instant::now();
         let plan = self.substitute_subqueries(plan.clone())?;
@@ -91,15 +100,38 @@ impl Session {
         let sharing =
             (self.sharing_mode() == stride_exec::SharingMode::Scans).then(|| self.engine.sharing());
         let on_running = &mut |canceller| interrupt.publish(canceller);
-        let (schema, batches, streamed, stats) = match receiver {
-            None => {
+        let (schema, batches, streamed, stats) = match to {
+            Destination::Open => {
+                let config = stride_exec::LiveConfig {
+                    scheduler,
+                    facts,
+                    memory: &memory,
+                    sharing,
+                    stream: stride_exec::StreamConfig::new(stride_exec::result_order(&physical)),
+                };
+                let live =
+                    stride_exec::LiveResult::open(&physical, schema.clone(), config, on_running)
+                        .map_err(|e| self.exec_error(e))?;
+                // Fetches publish it while they run.
+                interrupt.publish(None);
+                self.opened(LiveQuery::new(live, self.engine.clone(), history_key));
+                return Ok(QueryOutput {
+                    schema,
+                    batches: Vec::new(),
+                    streamed: Some(0),
+                    stats: Default::default(),
+                    planning,
+                    execution: exec_start.elapsed(),
+                });
+            }
+            Destination::Collect => {
                 let out = stride_exec::execute_with(
                     &physical, schema, scheduler, facts, &memory, sharing, on_running,
                 )
                 .map_err(|e| self.exec_error(e))?;
                 (out.schema, out.batches, None, out.stats)
             }
-            Some(receiver) => {
+            Destination::Stream(receiver) => {
                 receiver.columns(&schema)?;
                 let config = stride_exec::StreamConfig::new(stride_exec::result_order(&physical));
                 let mut refused = None;
@@ -143,7 +175,7 @@ impl Session {
     }
 
     /// The statement's error for an executor's error.
-    fn exec_error(&self, e: stride_exec::ExecError) -> SqlError {
+    pub(super) fn exec_error(&self, e: stride_exec::ExecError) -> SqlError {
         match e {
             stride_exec::ExecError::Query(stride_sched::QueryError::Cancelled) => {
                 self.interrupt.stopped()

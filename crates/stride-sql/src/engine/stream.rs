@@ -6,9 +6,12 @@
 //! are computed.
 //!
 //! Only a statement's own query streams — not its scalar subqueries, not
-//! the query of `DECLARE CURSOR`, `COPY … TO` or a DML statement, whose rows
-//! the session itself keeps or consumes. The receiver is the session's for
-//! one request; every other statement's output is returned as before.
+//! the query of `DECLARE CURSOR` (opened live for its fetches,
+//! `engine::live`) or of a DML statement, whose rows the session itself
+//! consumes. The query of a `COPY … TO STDOUT` streams as copy data
+//! ([`ResultReceiver::copy_columns`]); a `FETCH` streams the rows it
+//! fetches. The receiver is the session's for one request; every other
+//! statement's output is returned as before.
 
 use std::sync::Arc;
 
@@ -17,12 +20,17 @@ use datafusion_common::ScalarValue;
 use stride_exec::StreamedBatch;
 
 use super::{Prepared, Session, StatementOutput};
+use crate::copy::CopyOptions;
 use crate::error::Result;
 
 /// Takes a streamed query's result, on the session's thread.
 pub trait ResultReceiver: Send + Sync {
     /// A streamed result begins: its columns, before any of its batches.
     fn columns(&self, schema: &SchemaRef) -> Result<()>;
+    /// The result of a `COPY … TO STDOUT` begins instead: its batches are
+    /// rows to send in `options`' format, its statement's output a
+    /// [`StatementOutput::CopyOut`] that says how many were streamed.
+    fn copy_columns(&self, schema: &SchemaRef, options: &CopyOptions) -> Result<()>;
     /// The next batch of rows (holding its memory charge until dropped).
     /// An error — the client went away — cancels the query, and the
     /// statement fails with it.
@@ -58,14 +66,14 @@ impl Session {
         self.receiver = None;
         out
     }
+}
 
-    /// Runs `f` with the request's receiver put aside: a statement whose
-    /// query's rows the session hands on in another form (`COPY … TO`)
-    /// collects them.
-    pub(super) fn collecting<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
-        let receiver = self.receiver.take();
-        let out = f(self);
-        self.receiver = receiver;
-        out
-    }
+/// Where a statement's query result goes.
+pub(super) enum Destination<'a> {
+    /// Into the output (scalar subqueries, embedded use).
+    Collect,
+    /// To the request's receiver while the query runs.
+    Stream(&'a dyn ResultReceiver),
+    /// Nowhere yet: the query is opened for later fetches (`engine::live`).
+    Open,
 }

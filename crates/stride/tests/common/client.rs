@@ -99,6 +99,16 @@ pub struct TestServer {
 /// given server-wide and per-query memory limits, spilling below
 /// `temp_dir`.
 pub fn tpch_server(limit: usize, query_limit: usize, temp_dir: std::path::PathBuf) -> TestServer {
+    tpch_server_with(limit, query_limit, temp_dir, test_config())
+}
+
+/// As [`tpch_server`], with the server's `config`.
+pub fn tpch_server_with(
+    limit: usize,
+    query_limit: usize,
+    temp_dir: std::path::PathBuf,
+    config: stride_server::ServerConfig,
+) -> TestServer {
     let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
         scheduler: stride_sched::SchedulerConfig {
             workers: 2,
@@ -115,14 +125,40 @@ pub fn tpch_server(limit: usize, query_limit: usize, temp_dir: std::path::PathBu
     });
     engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
     engine.set_default_schema("sf0_01").unwrap();
-    let config = stride_server::ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..Default::default()
-    };
     TestServer {
         addr: serve(engine.clone(), config, 2),
         engine,
     }
+}
+
+/// A server (`config`) of TPC-H SF 0.01 for one test binary's tests (256
+/// MiB in all, 32 MiB a query), spilling below a temporary directory named
+/// after `tag` and the process.
+pub fn shared_tpch_server(tag: &str, config: stride_server::ServerConfig) -> TestServer {
+    let dir = std::env::temp_dir().join(format!("stride-{tag}-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    tpch_server_with(256 << 20, 32 << 20, dir, config)
+}
+
+/// The configuration of a test server: listening on a free loopback port.
+pub fn test_config() -> stride_server::ServerConfig {
+    stride_server::ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    }
+}
+
+/// Waits (at most 10 s) until every query's memory went back to the
+/// engine's pool and no spill file is left; panics if not.
+pub fn back_to_baseline(engine: &stride_sql::Engine) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while (engine.memory().used() != 0 || engine.spill_area().bytes_on_disk() != 0)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(engine.memory().used(), 0, "bytes still charged");
+    assert_eq!(engine.spill_area().bytes_on_disk(), 0, "spill files left");
 }
 
 /// A raw protocol client of the server at `addr`: connected as `stride`,

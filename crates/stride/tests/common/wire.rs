@@ -97,6 +97,25 @@ pub fn sqlstate_of(body: &[u8]) -> String {
 /// through the unnamed statement and portal: Parse, Bind (text results),
 /// Describe (portal) and Execute (every row); no Sync.
 pub fn extended_messages(sql: &str) -> Vec<u8> {
+    let (parse_bind, execute) = unnamed_portal(sql, 0);
+    let mut out = parse_bind;
+    out.extend(message(b'D', b"P\0"));
+    out.extend(execute);
+    out
+}
+
+/// Parse and Bind of `sql` as the unnamed statement and portal, an
+/// Execute of at most `max_rows` rows, then Sync.
+pub fn limited_messages(sql: &str, max_rows: i32) -> Vec<u8> {
+    let (mut out, execute) = unnamed_portal(sql, max_rows);
+    out.extend(execute);
+    out.extend(sync_message());
+    out
+}
+
+/// Parse and Bind (no parameters, text results) of `sql` as the unnamed
+/// statement and portal, and an Execute of at most `max_rows` (0: all).
+fn unnamed_portal(sql: &str, max_rows: i32) -> (Vec<u8>, Vec<u8>) {
     let mut parse = vec![0u8];
     parse.extend_from_slice(sql.as_bytes());
     parse.push(0);
@@ -108,12 +127,10 @@ pub fn extended_messages(sql: &str) -> Vec<u8> {
         bind.extend_from_slice(&count.to_be_bytes());
     }
     let mut execute = vec![0u8];
-    execute.extend_from_slice(&0i32.to_be_bytes());
+    execute.extend_from_slice(&max_rows.to_be_bytes());
     let mut out = message(b'P', &parse);
     out.extend(message(b'B', &bind));
-    out.extend(message(b'D', b"P\0"));
-    out.extend(message(b'E', &execute));
-    out
+    (out, message(b'E', &execute))
 }
 
 /// A Sync message.
