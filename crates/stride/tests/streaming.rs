@@ -47,13 +47,18 @@ async fn connect() -> Client {
 fn back_to_baseline() {
     let engine = &server().engine;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while (engine.memory().used() != 0 || engine.spill_area().bytes_on_disk() != 0)
+    while (engine.runtime().memory().used() != 0
+        || engine.runtime().spill_area().bytes_on_disk() != 0)
         && Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(engine.memory().used(), 0, "bytes still charged");
-    assert_eq!(engine.spill_area().bytes_on_disk(), 0, "spill files left");
+    assert_eq!(engine.runtime().memory().used(), 0, "bytes still charged");
+    assert_eq!(
+        engine.runtime().spill_area().bytes_on_disk(),
+        0,
+        "spill files left"
+    );
 }
 
 /// Four copies of lineitem: about 240,000 rows, some 30 MB as text.
