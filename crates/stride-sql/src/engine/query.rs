@@ -85,6 +85,8 @@ impl Session {
         };
         self.interrupt.check()?;
         let interrupt = &self.interrupt;
+        // `statement_timeout` lands while the query runs, in-process too.
+        let _deadline = interrupt.watch_deadline();
         let on_running =
             &mut |canceller: Option<stride_exec::Canceller>| interrupt.publish(canceller);
         let out = match receiver {
