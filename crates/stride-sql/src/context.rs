@@ -283,7 +283,8 @@ impl ContextProvider for PlannerContext<'_> {
                 }));
             }
         }
-        if schema == crate::activity::SYSTEM_SCHEMA && !self.catalog.schema_exists(&schema) {
+        if schema == stride_engine::activity::SYSTEM_SCHEMA && !self.catalog.schema_exists(&schema)
+        {
             let view = (self.system)(&table).map_err(|e| DataFusionError::External(Box::new(e)))?;
             if let Some(view) = view {
                 return Ok(Arc::new(StrideTableSource {

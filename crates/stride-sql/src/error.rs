@@ -1,6 +1,11 @@
 use datafusion_common::{DataFusionError, SchemaError};
+use stride_engine::EngineError;
 use stride_exec::ExecError;
 use stride_storage::StorageError;
+
+/// Why a `SET` or `SHOW` was refused (the engine's kinds: engine-wide
+/// settings are refused there).
+pub use stride_engine::SettingKind;
 
 /// Errors of the SQL layer, one variant per kind a client must tell apart.
 #[derive(Debug, thiserror::Error)]
@@ -127,17 +132,6 @@ pub enum PlanKind {
     Other,
 }
 
-/// Why a `SET` or `SHOW` was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SettingKind {
-    /// No parameter of that name (42704).
-    Unrecognized,
-    /// A value the parameter does not take (22023).
-    InvalidValue,
-    /// A parameter fixed for the server's lifetime (55P02).
-    ReadOnly,
-}
-
 impl SqlError {
     /// An [`SqlError::Undefined`] of `kind`.
     pub fn undefined(kind: UndefinedKind, message: impl Into<String>) -> Self {
@@ -165,6 +159,21 @@ impl SqlError {
 }
 
 pub type Result<T, E = SqlError> = std::result::Result<T, E>;
+
+/// An engine error as the SQL error of the same kind.
+impl From<EngineError> for SqlError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Exec(e) => SqlError::Exec(e),
+            EngineError::Storage(e) => SqlError::Storage(e),
+            EngineError::Setting { kind, message } => SqlError::Setting { kind, message },
+            EngineError::InsufficientPrivilege(m) => SqlError::InsufficientPrivilege(m),
+            EngineError::UndefinedFile(m) => SqlError::undefined(UndefinedKind::File, m),
+            EngineError::WrongObjectType(m) => SqlError::plan(PlanKind::WrongObjectType, m),
+            EngineError::Internal(m) => SqlError::Internal(m),
+        }
+    }
+}
 
 /// A DataFusion error as the SQL error it stands for, classified by its
 /// variant, never by its text. Layers of context DataFusion adds are peeled

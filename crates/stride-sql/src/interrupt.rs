@@ -17,7 +17,7 @@
 //! every node it visits, so a large plan is stopped mid-rule.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use datafusion_common::config::ConfigOptions;
@@ -143,11 +143,72 @@ impl Interrupt {
         }
     }
 
+    /// Stops the request at its deadline while the caller waits for a
+    /// query on the scheduler, whoever runs the session (an in-process
+    /// caller has no timer of its own): until the returned watch drops, a
+    /// thread sleeps until the deadline and then times the request out,
+    /// cancelling the running query. No deadline: no thread.
+    pub(crate) fn watch_deadline(self: &Arc<Self>) -> DeadlineWatch {
+        let Some(deadline) = *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) else {
+            return DeadlineWatch { timer: None };
+        };
+        let ended: Arc<QueryEnded> = Arc::new((Mutex::new(false), Condvar::new()));
+        let interrupt = self.clone();
+        let watched = ended.clone();
+        let spawned = std::thread::Builder::new()
+            .name("stride-deadline".into())
+            .spawn(move || {
+                let (lock, wake) = &*watched;
+                let mut ended = lock.lock().unwrap_or_else(|e| e.into_inner());
+                while !*ended {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        drop(ended);
+                        interrupt.time_out();
+                        return;
+                    }
+                    ended = wake
+                        .wait_timeout(ended, deadline - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            });
+        match spawned {
+            Ok(thread) => DeadlineWatch {
+                timer: Some((ended, thread)),
+            },
+            // Without a thread the deadline still holds at every check
+            // between phases and batches; the query runs to its end.
+            Err(_) => DeadlineWatch { timer: None },
+        }
+    }
+
     /// The check as a DataFusion error, for rules running inside DataFusion;
     /// [`crate::engine`] unwraps it back to the [`SqlError`].
     fn check_in_datafusion(&self) -> datafusion_common::Result<()> {
         self.check()
             .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+}
+
+/// The timer of [`Interrupt::watch_deadline`]: dropped when the query
+/// ended, it wakes the timer's thread and waits for it to go.
+pub(crate) struct DeadlineWatch {
+    timer: Option<(Arc<QueryEnded>, std::thread::JoinHandle<()>)>,
+}
+
+/// Whether the watched query ended, and the timer's wake-up.
+type QueryEnded = (Mutex<bool>, Condvar);
+
+impl Drop for DeadlineWatch {
+    fn drop(&mut self) {
+        if let Some((ended, thread)) = self.timer.take() {
+            let (lock, wake) = &*ended;
+            *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            wake.notify_one();
+            // The thread only sleeps and cancels: it does not panic.
+            let _ = thread.join();
+        }
     }
 }
 

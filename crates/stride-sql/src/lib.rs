@@ -3,7 +3,10 @@
 //! SQL text is parsed, bound and optimized by DataFusion (reused, not
 //! rewritten); the optimized `LogicalPlan` is lowered by [`lower`] to Stride's
 //! [`stride_exec::PhysicalPlan`], choosing hash-join build sides from
-//! cardinality estimates, and run by [`Engine`] on the scheduler.
+//! cardinality estimates, and run by the engine-wide runtime
+//! (`stride_engine::Engine::run`, reached through [`Engine::runtime`]): the
+//! SQL front end is one client of `stride-engine`, which owns the
+//! scheduler, catalog, memory governance, query log and feedback store.
 //!
 //! * [`context`] — the catalog as DataFusion sees it (`ContextProvider`,
 //!   `TableSource`), with the default function registry;
@@ -22,27 +25,21 @@
 //! * [`error`] — `SqlError` and the typed kinds its SQLSTATE is read from;
 //! * [`interrupt`] — cancels and `statement_timeout`, also inside the
 //!   optimizer;
-//! * [`settings`] — `SET`/`SHOW`: Stride's settings and PostgreSQL's;
+//! * [`settings`] — `SET`/`SHOW`: the session's settings, Stride's and
+//!   PostgreSQL's (engine-wide ones are `stride_engine::settings`);
 //! * [`limits`] — stack-safe planning: statement stacks, token and depth bounds;
 //! * [`integers`] — exact integer semantics: checked arithmetic, wide sums;
 //! * [`roles`] — roles, table owners, grants and the privilege checks;
 //!   [`scram`] — the SCRAM-SHA-256 verifiers roles keep of passwords;
-//! * [`history`] — recorded per-pipeline costs, SRPT's work estimates;
-//! * [`activity`] — the query log and the system views `stride.queries`,
-//!   `stride.workers`;
-//! * [`numa_view`] — the system view `stride.numa`: per memory node, its
-//!   workers' busy time and where their morsels lived;
-//! * [`sharing_view`] — the system view `stride.batches`: finished batches
-//!   of shared scans;
-//! * [`storage_view`] — the system views `stride.storage` and
-//!   `stride.storage_tables` (the data directory's state);
+//! * [`history`] — the keys SRPT's recorded costs are kept under in the
+//!   engine's feedback store: plan fingerprints, shapes with literals
+//!   masked, estimated rows;
 //! * [`pg_catalog`] — `pg_catalog` and `information_schema` as views over
 //!   the live catalog; [`pg_functions`] — PostgreSQL's catalog and session
 //!   functions; [`pg_compat`] — PostgreSQL syntax clients send (`OPERATOR(
 //!   pg_catalog.~)`, `::regclass`, `COLLATE "default"`, `= ANY(ARRAY[..])`)
 //!   rewritten to what the planner binds.
 
-pub mod activity;
 pub mod coerce;
 pub mod context;
 pub mod copy;
@@ -56,15 +53,12 @@ pub mod interrupt;
 pub mod join_order;
 pub mod limits;
 pub mod lower;
-pub mod numa_view;
 pub mod pg_catalog;
 pub mod pg_compat;
 pub mod pg_functions;
 pub mod roles;
 pub mod scram;
 pub mod settings;
-pub mod sharing_view;
-pub mod storage_view;
 pub mod window;
 pub mod window_functions;
 

@@ -1,9 +1,11 @@
 //! Session settings: Stride's own (`stride.*`) and the PostgreSQL ones that
-//! clients set or query when they connect.
+//! clients set or query when they connect. The engine-wide ones are the
+//! engine's (`stride_engine::settings`, which also parses sizes and
+//! times); `SET` hands them there.
 //!
 //! | setting                      | scope   | values                                  |
 //! |------------------------------|---------|-----------------------------------------|
-//! | `stride.policy`              | engine  | a policy name ([`Policy::parse`])        |
+//! | `stride.policy`              | engine  | a policy name (`Policy::parse`)          |
 //! | `stride.user_priority`       | session | a number > 0 (scales p0 and p_min)       |
 //! | `stride.static_priority`     | session | on / off: this session's queries never decay |
 //! | `stride.workers`             | engine  | read-only                               |
@@ -27,7 +29,7 @@
 
 use std::collections::BTreeMap;
 
-use stride_sched::Policy;
+pub use stride_engine::settings::{duration_ms, memory_size, show_size};
 
 use crate::error::{Result, SettingKind, SqlError};
 
@@ -276,24 +278,6 @@ impl SessionSettings {
     }
 }
 
-/// A PostgreSQL time setting in milliseconds: a number with an optional
-/// unit (`us`, `ms` — the default —, `s`, `min`, `h`, `d`), rounded to whole
-/// milliseconds as PostgreSQL does; negative values are refused.
-pub fn duration_ms(value: &str) -> Option<u64> {
-    let (number, unit) = stride_exec::memory::split_quantity(value)?;
-    let factor = match unit {
-        "" | "ms" => 1.0,
-        "us" => 0.001,
-        "s" => 1000.0,
-        "min" => 60_000.0,
-        "h" => 3_600_000.0,
-        "d" => 86_400_000.0,
-        _ => return None,
-    };
-    let ms = (number * factor).round();
-    (ms.is_finite() && (0.0..=i32::MAX as f64).contains(&ms)).then_some(ms as u64)
-}
-
 /// Whether `SET name` changes only the session that runs it: `search_path`
 /// and every setting [`SessionSettings`] holds (Stride's per-session ones,
 /// the PostgreSQL client settings). Every other setting counts as
@@ -301,90 +285,6 @@ pub fn duration_ms(value: &str) -> Option<u64> {
 /// an engine-wide setting added later is covered without being listed.
 pub fn is_session_scoped(settings: &SessionSettings, name: &str) -> bool {
     matches!(name, "search_path" | "schema" | "stride.workers") || settings.get(name).is_some()
-}
-
-/// Parses a memory setting's value ([`stride_exec::memory::parse_size`]);
-/// zero is refused (no query could run).
-pub fn memory_size(name: &str, value: &str) -> Result<usize> {
-    match stride_exec::memory::parse_size(value) {
-        Some(bytes) if bytes > 0 => Ok(bytes),
-        _ => Err(SqlError::setting(
-            SettingKind::InvalidValue,
-            format!(
-                "invalid value for parameter \"{name}\": \"{value}\" (a size such as 512MB or 4GB)"
-            ),
-        )),
-    }
-}
-
-/// Parses `temp_file_limit` as PostgreSQL does: a size (kilobytes without
-/// a unit) or -1 for none.
-pub fn temp_file_limit(value: &str) -> Result<Option<u64>> {
-    if value.trim() == "-1" {
-        return Ok(None);
-    }
-    match stride_exec::memory::parse_size(value) {
-        Some(bytes) => Ok(Some(bytes as u64)),
-        None => Err(SqlError::setting(
-            SettingKind::InvalidValue,
-            format!(
-                "invalid value for parameter \"temp_file_limit\": \"{value}\" (a size such as 10GB, or -1)"
-            ),
-        )),
-    }
-}
-
-/// `temp_file_limit` as SHOW gives it.
-pub fn show_temp_file_limit(limit: Option<u64>) -> String {
-    limit.map_or_else(|| "-1".to_string(), |b| show_size(b as usize))
-}
-
-/// A byte count as PostgreSQL shows a memory setting: in the largest unit
-/// that divides it (`4GB`, `1536MB`, `100B`).
-pub fn show_size(bytes: usize) -> String {
-    for (shift, unit) in [(40, "TB"), (30, "GB"), (20, "MB"), (10, "kB")] {
-        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", bytes >> shift);
-        }
-    }
-    format!("{bytes}B")
-}
-
-/// Parses `stride.sharing_max_batch`: at least one query per batch.
-pub fn max_batch(value: &str) -> Result<usize> {
-    match value.trim().parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(SqlError::setting(
-            SettingKind::InvalidValue,
-            format!(
-                "invalid value for parameter \"stride.sharing_max_batch\": \"{value}\" (an integer of at least 1)"
-            ),
-        )),
-    }
-}
-
-/// Parses `stride.sharing_cycle` (a time, milliseconds without a unit).
-pub fn sharing_cycle(value: &str) -> Result<std::time::Duration> {
-    duration_ms(value)
-        .map(std::time::Duration::from_millis)
-        .ok_or_else(|| {
-            SqlError::setting(
-                SettingKind::InvalidValue,
-                format!(
-                    "invalid value for parameter \"stride.sharing_cycle\": \"{value}\" (a time such as 0, 5ms or 1s)"
-                ),
-            )
-        })
-}
-
-/// Parses a policy name for `SET stride.policy`.
-pub fn parse_policy(value: &str) -> Result<Policy> {
-    Policy::parse(value).ok_or_else(|| {
-        SqlError::setting(
-            SettingKind::InvalidValue,
-            format!("unknown policy \"{value}\" (try fifo, fair or stride)"),
-        )
-    })
 }
 
 #[cfg(test)]
@@ -443,13 +343,6 @@ mod tests {
         assert_eq!(s.sharing, Some(stride_exec::SharingMode::Scans));
         s.set("stride.sharing", "default").unwrap();
         assert_eq!(s.sharing, None);
-        assert_eq!(max_batch("64").unwrap(), 64);
-        for bad in ["0", "-3", "many"] {
-            assert!(max_batch(bad).is_err(), "{bad}");
-        }
-        assert_eq!(sharing_cycle("5ms").unwrap().as_millis(), 5);
-        assert_eq!(sharing_cycle("1s").unwrap().as_millis(), 1000);
-        assert!(sharing_cycle("-1").is_err());
     }
 
     #[test]

@@ -439,7 +439,7 @@ fn poisson_cmd(args: &PoissonArgs, global: &GlobalArgs) -> Result<()> {
     summary.print(&mut std::io::stdout(), args.per_query)?;
     stats::print_estimation_errors(&mut std::io::stdout(), &stats::estimation_errors(&run.json))?;
     if let Some(engine) = target.engine() {
-        for w in engine.scheduler().worker_stats() {
+        for w in engine.runtime().scheduler().worker_stats() {
             println!(
                 "worker {}: {} tasks, {} ended at a preemption point, {} hand-over tasks, {} sleeps",
                 w.worker, w.tasks, w.preemptions, w.handover_tasks, w.idle_sleeps
@@ -466,7 +466,7 @@ fn poisson_cmd(args: &PoissonArgs, global: &GlobalArgs) -> Result<()> {
 /// estimates SRPT and IF-SRPT get); empty over the wire.
 fn estimates_note(target: &Target) -> String {
     target.engine().map_or_else(String::new, |e| {
-        format!(", estimates {}", e.history().mode().name())
+        format!(", estimates {}", e.runtime().history().mode().name())
     })
 }
 

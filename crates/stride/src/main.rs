@@ -457,7 +457,7 @@ fn start_traced(
         sharing,
     });
     if let Some(mode) = estimates {
-        engine.history().set_mode(mode);
+        engine.runtime().history().set_mode(mode);
     }
     if let Some(entries) = global.plan_cache_size {
         engine.plan_cache().set_capacity(entries);
@@ -494,7 +494,9 @@ fn start_traced(
         );
     }
     // The command line's user owns the process; `serve` narrows this.
-    engine.set_file_access(stride_sql::FileAccess::Any);
+    engine
+        .runtime()
+        .set_file_access(stride_sql::FileAccess::Any);
     let mut session = engine.session();
     for &sf in &global.tpch {
         let t = Instant::now();
@@ -573,7 +575,7 @@ fn serve(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         .with_context(|| format!("--host {}: not an IP address", args.host))?;
     let started = Instant::now();
     let (engine, _) = start(global)?;
-    engine.set_file_access(match &args.import_dir {
+    engine.runtime().set_file_access(match &args.import_dir {
         Some(dir) => stride_sql::FileAccess::Under(
             dir.canonicalize()
                 .with_context(|| format!("--import-dir {}", dir.display()))?,
@@ -602,12 +604,12 @@ fn serve(args: &ServeArgs, global: &GlobalArgs) -> Result<()> {
         .context("starting the network runtime")?;
     runtime.block_on(async move {
         let server = stride_server::Server::bind(engine.clone(), config).await?;
-        let schemas = engine.catalog().schema_names().join(", ");
+        let schemas = engine.runtime().catalog().schema_names().join(", ");
         eprintln!(
             "stride: ready to accept connections on {} (schemas: {schemas}; policy {}, {} workers; started in {:.1?})",
             server.local_addr()?,
-            engine.scheduler().policy().name(),
-            engine.scheduler().config().workers,
+            engine.runtime().scheduler().policy().name(),
+            engine.runtime().scheduler().config().workers,
             started.elapsed()
         );
         server.serve().await?;
@@ -635,7 +637,7 @@ fn server_password(args: &ServeArgs) -> Result<Option<String>> {
 }
 
 fn export(engine: &Engine, dir: &std::path::Path) -> Result<()> {
-    let catalog = engine.catalog();
+    let catalog = engine.runtime().catalog();
     for schema in catalog.schema_names() {
         for name in catalog.table_names(&schema)? {
             let table = catalog.table(&schema, &name)?;

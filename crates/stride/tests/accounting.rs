@@ -22,14 +22,19 @@ fn a_query_that_ran_before_has_per_pipeline_estimates() {
     let sql = "select o_orderpriority, count(*) from orders join lineitem on o_orderkey = l_orderkey group by 1";
     // Keyed by the plan text, recorded costs as they are.
     engine
+        .runtime()
         .history()
         .set_mode(stride_sql::history::EstimateMode::Plan);
     let plan = session.plan_query(sql).unwrap();
     let key = stride_sql::history::PlanKey::exact(&plan);
-    assert!(engine.history().estimates(&key).is_none());
+    assert!(engine.runtime().history().estimates(&key).is_none());
     let out = session.query(sql).unwrap();
     assert_eq!(out.stats.estimated_cpu, None, "nothing recorded yet");
-    let estimates = engine.history().estimates(&key).expect("recorded");
+    let estimates = engine
+        .runtime()
+        .history()
+        .estimates(&key)
+        .expect("recorded");
     assert_eq!(estimates.len(), out.stats.task_sets);
     assert_eq!(out.stats.task_set_cpu.len(), out.stats.task_sets);
     let total: Duration = estimates.iter().map(|e| e.work).sum();

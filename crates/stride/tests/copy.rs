@@ -23,7 +23,9 @@ fn server() -> SocketAddr {
     static SERVER: OnceLock<SocketAddr> = OnceLock::new();
     *SERVER.get_or_init(|| {
         let engine = common::test_engine(2);
-        engine.set_file_access(stride_sql::FileAccess::Any);
+        engine
+            .runtime()
+            .set_file_access(stride_sql::FileAccess::Any);
         let config = stride_server::ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             ..Default::default()

@@ -17,7 +17,7 @@ fn engine() -> Arc<Engine> {
         },
         ..Default::default()
     });
-    engine.set_file_access(FileAccess::Any);
+    engine.runtime().set_file_access(FileAccess::Any);
     engine
 }
 
@@ -123,7 +123,11 @@ fn a_file_larger_than_the_share_fails_to_load_with_53200_and_holds_nothing() {
     let err = session.execute(&create).unwrap_err();
     assert_eq!(stride_server::sqlstate::of(&err), "53200", "{err}");
     assert!(err.to_string().contains("file load"), "{err}");
-    assert_eq!(engine.memory().used(), 0, "the load's charge is returned");
+    assert_eq!(
+        engine.runtime().memory().used(),
+        0,
+        "the load's charge is returned"
+    );
     assert!(session.execute("SELECT count(*) FROM big").is_err());
     // Within the default share it loads.
     session
@@ -131,7 +135,7 @@ fn a_file_larger_than_the_share_fails_to_load_with_53200_and_holds_nothing() {
         .unwrap();
     session.execute(&create).unwrap();
     assert_eq!(
-        engine.memory().used(),
+        engine.runtime().memory().used(),
         0,
         "a loaded table is not query memory"
     );
@@ -191,13 +195,15 @@ fn file_access_is_confined() {
         format!("create external table t stored as csv location '{loc}' options ('format.has_header' 'true')")
     };
     // A new engine reads no server files at all.
-    engine.set_file_access(FileAccess::Denied);
+    engine.runtime().set_file_access(FileAccess::Denied);
     let err = session
         .execute(&create(inside.to_str().unwrap()))
         .unwrap_err();
     assert!(matches!(err, SqlError::InsufficientPrivilege(_)), "{err}");
     // Under an import directory: relative and absolute paths inside it.
-    engine.set_file_access(FileAccess::Under(dir.canonicalize().unwrap()));
+    engine
+        .runtime()
+        .set_file_access(FileAccess::Under(dir.canonicalize().unwrap()));
     session.execute(&create("t.csv")).unwrap();
     assert_eq!(single_i64(&mut session, "select count(*) from t"), 2);
     session.execute("drop table t").unwrap();
@@ -225,7 +231,7 @@ fn file_access_is_confined() {
     let err = session.execute(&create("escape.csv")).unwrap_err();
     assert!(matches!(err, SqlError::InsufficientPrivilege(_)), "{err}");
     // Only regular files, even where any file may be read.
-    engine.set_file_access(FileAccess::Any);
+    engine.runtime().set_file_access(FileAccess::Any);
     let err = session.execute(&create("/dev/zero")).unwrap_err();
     assert!(
         matches!(

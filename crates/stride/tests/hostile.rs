@@ -35,7 +35,9 @@ fn server() -> &'static Fixture {
         std::fs::create_dir_all(&import_dir).unwrap();
         std::fs::write(import_dir.join("ok.csv"), "a,b\n1,x\n2,y\n").unwrap();
         let import_dir = import_dir.canonicalize().unwrap();
-        engine.set_file_access(stride_sql::FileAccess::Under(import_dir.clone()));
+        engine
+            .runtime()
+            .set_file_access(stride_sql::FileAccess::Under(import_dir.clone()));
         let config = ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             authentication_timeout: AUTH_TIMEOUT,

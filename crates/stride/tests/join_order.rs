@@ -23,7 +23,7 @@ fn reads_lineitem(plan: &PhysicalPlan) -> bool {
 }
 
 fn rows(plan: &PhysicalPlan, engine: &Engine) -> usize {
-    stride_exec::execute(plan, plan.schema(), engine.scheduler())
+    stride_exec::execute(plan, plan.schema(), engine.runtime().scheduler())
         .expect("subtree runs")
         .num_rows()
 }

@@ -42,7 +42,7 @@ fn temp_parent() -> std::path::PathBuf {
 /// Nothing is left in the spill area once every query ended: no query's
 /// directory (the area's marker file aside), no bytes counted on disk.
 fn spill_area_is_empty() {
-    let area = server().engine.spill_area();
+    let area = server().engine.runtime().spill_area();
     let left: Vec<_> = std::fs::read_dir(area.dir())
         .map(|d| {
             d.flatten()
@@ -91,7 +91,7 @@ async fn count(client: &Client, sql: &str) -> i64 {
 /// Every query's memory went back to the pool (a finished query's account
 /// is dropped when its statement ends, just before the reply is sent).
 fn pool_returns_to_empty() {
-    let pool = server().engine.memory();
+    let pool = server().engine.runtime().memory();
     let deadline = Instant::now() + Duration::from_secs(5);
     while pool.used() != 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
@@ -149,8 +149,8 @@ fn a_cross_join_its_client_stops_reading_pauses_while_short_queries_go_on() {
         let mut peak_disk = 0;
         for _ in 0..30 {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            peak_memory = peak_memory.max(server().engine.memory().used());
-            peak_disk = peak_disk.max(server().engine.spill_area().bytes_on_disk());
+            peak_memory = peak_memory.max(server().engine.runtime().memory().used());
+            peak_disk = peak_disk.max(server().engine.runtime().spill_area().bytes_on_disk());
         }
         let state = common::client::state_of(&watcher, marker).await;
         assert_eq!(state, "running", "paused, not failed");

@@ -32,6 +32,7 @@ fn engine() -> &'static Arc<Engine> {
 fn run_all_concurrently(policy: &str) {
     let engine = engine();
     engine
+        .runtime()
         .scheduler()
         .set_policy(Policy::parse(policy).expect("known policy"));
     let queries = stride::workload::tpch(0.1);
@@ -64,7 +65,7 @@ fn run_all_concurrently(policy: &str) {
         }
     });
     assert_eq!(
-        engine.scheduler().policy().name(),
+        engine.runtime().scheduler().policy().name(),
         Policy::parse(policy).unwrap().name()
     );
 }

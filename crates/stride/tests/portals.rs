@@ -631,7 +631,7 @@ fn more_open_cursors_than_scheduler_slots_leave_room_for_a_short_query() {
         }
         // Every cursor is open and idle; a short query still runs.
         let short = common::client::connect(server.addr, "stride").await;
-        let parked = server.engine.spill_area().bytes_on_disk();
+        let parked = server.engine.runtime().spill_area().bytes_on_disk();
         let started = Instant::now();
         let count: i64 = tokio::time::timeout(
             Duration::from_secs(20),
@@ -645,7 +645,7 @@ fn more_open_cursors_than_scheduler_slots_leave_room_for_a_short_query() {
         // It got a slot because an idle cursor's query ran on, parking its
         // rows.
         assert!(
-            server.engine.spill_area().bytes_on_disk() > parked,
+            server.engine.runtime().spill_area().bytes_on_disk() > parked,
             "no cursor gave its slot up"
         );
         eprintln!("short query beside 4 idle cursors: {:?}", started.elapsed());

@@ -25,7 +25,9 @@ struct Fixture {
 fn start(config: ServerConfig, import_dir: Option<std::path::PathBuf>) -> SocketAddr {
     let engine = common::test_engine(1);
     if let Some(dir) = import_dir {
-        engine.set_file_access(stride_sql::FileAccess::Under(dir));
+        engine
+            .runtime()
+            .set_file_access(stride_sql::FileAccess::Under(dir));
     }
     common::client::serve(engine, config, 1)
 }

@@ -224,7 +224,7 @@ fn a_member_cancelled_mid_pass_leaves_the_others_right() {
                 .collect();
             // The pass is the only group once all six attached.
             let deadline = Instant::now() + Duration::from_secs(60);
-            while engine.scheduler().active_groups() == 0 {
+            while engine.runtime().scheduler().active_groups() == 0 {
                 assert!(Instant::now() < deadline, "the batch never started");
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -325,7 +325,7 @@ fn sharing_settings_and_the_batches_view() {
     session.execute("set stride.sharing_max_batch = 3").unwrap();
     assert_eq!(show(&mut session, "stride.sharing_max_batch"), "3");
     assert!(session.execute("set stride.sharing_max_batch = 0").is_err());
-    assert_eq!(engine.sharing().config().max_batch, 3);
+    assert_eq!(engine.runtime().sharing().config().max_batch, 3);
     // The view's figures: one pass read the table once.
     let out = session
         .query(

@@ -233,7 +233,7 @@ fn run_file(path: &Path, config: RunConfig) -> (Vec<String>, u64) {
             }
         }
     }
-    let area = engine.spill_area();
+    let area = engine.runtime().spill_area();
     if area.bytes_on_disk() != 0 {
         failures.push(format!(
             "{name}: {} bytes left in spill files",

@@ -63,6 +63,7 @@ fn single_row_inserts_each_add_their_row_in_and_out_of_blocks() {
     let mut other = engine.session();
     assert_eq!(count(&mut other, "rows1"), 60);
     let blocks = engine
+        .runtime()
         .catalog()
         .table("public", "rows1")
         .unwrap()
@@ -101,7 +102,7 @@ fn rollback_undoes_every_statement_kind() {
         assert!(!exists(&mut s, t), "{t} survived the rollback");
     }
     assert!(exists(&mut s, "gone"));
-    assert!(!e.catalog().schema_exists("sx"));
+    assert!(!e.runtime().catalog().schema_exists("sx"));
     // DROP SCHEMA … CASCADE rolls back too.
     run(&mut s, "create schema keep");
     run(&mut s, "create table keep.k as select 1 as a");
@@ -309,7 +310,7 @@ fn only_committed_writes_outside_generated_schemas_reach_the_data_directory() {
     let mut s = e.session();
     assert_eq!(count(&mut s, "t"), 2);
     assert!(!exists(&mut s, "u"));
-    assert!(!e.catalog().schema_exists("generated"));
+    assert!(!e.runtime().catalog().schema_exists("generated"));
     drop(s);
     drop(e);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -114,7 +114,7 @@ impl Session {
         }
         if name == "placement" {
             // The tables the session sees: its transaction's view in a block.
-            return crate::numa_view::placement_table(self.catalog_view()).map(Some);
+            return Ok(stride_engine::numa_view::placement_table(self.catalog_view()).map(Some)?);
         }
         self.engine.system_view(name, self.viewer())
     }

@@ -169,7 +169,9 @@ impl Session {
             picked
         };
         let file = match &stmt.endpoint {
-            CopyEndpoint::File(location) => Some(self.engine.file_access().resolve(location)?),
+            CopyEndpoint::File(location) => {
+                Some(self.engine.runtime().file_access().resolve(location)?)
+            }
             CopyEndpoint::Client => None,
         };
         Ok(StatementOutput::CopyIn(Box::new(CopyIn {

@@ -111,7 +111,7 @@ impl Session {
                 let location = c.locations.first().cloned().ok_or_else(|| {
                     SqlError::plan(PlanKind::Other, "CREATE EXTERNAL TABLE needs a LOCATION")
                 })?;
-                let path = self.engine.file_access().resolve(&location)?;
+                let path = self.engine.runtime().file_access().resolve(&location)?;
                 let path = path.as_path();
                 let (file_schema, batches) = match c.file_type.to_uppercase().as_str() {
                     "PARQUET" => stride_storage::files::read_parquet(path)?,
@@ -157,7 +157,7 @@ impl Session {
                 // 53200 instead of taking the server's memory. The charge
                 // ends with the load (the table's storage is the catalog's).
                 let memory = stride_exec::QueryMemory::new(
-                    self.engine.memory().clone(),
+                    self.engine.runtime().memory().clone(),
                     self.query_memory_limit(),
                 );
                 let mut loaded = Vec::new();

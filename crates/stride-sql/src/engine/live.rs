@@ -127,13 +127,11 @@ impl LiveQuery {
         let Some(id) = self.log_id.take() else {
             return;
         };
-        let log = self.engine.query_log();
+        let runtime = self.engine.runtime();
+        let log = runtime.query_log();
         match outcome {
             Ok(stats) => {
-                let workers = self.engine.scheduler().config().workers;
-                self.engine
-                    .history()
-                    .record(&self.history_key, stats, workers);
+                runtime.record(&self.history_key, stats);
                 log.finish(id, Ok(stats));
             }
             Err(e @ (SqlError::Cancelled | SqlError::Timeout)) => {

@@ -1,11 +1,13 @@
-//! The engine (catalog + scheduler + function registry) and its sessions.
+//! The SQL engine — the engine-wide runtime (`stride_engine::Engine`) plus
+//! what planning keeps: functions, roles, the plan cache — and its sessions.
 //!
 //! A [`Session`] runs SQL text statement by statement:
 //!
 //! ```text
 //!  text ─DFParser─► statements ─SqlToRel─► LogicalPlan ─┬─ DDL / DML / SET ─► catalog
 //!                                                      └─ query ─► Analyzer ─► Optimizer
-//!      ─► scalar subqueries run first, replaced by literals ─► lower ─► execute
+//!      ─► scalar subqueries run first, replaced by literals ─► lower
+//!      ─► stride_engine::Engine::run (the runtime executes, records costs)
 //! ```
 //!
 //! Every query (and every scalar subquery) is its own resource group on the
@@ -48,14 +50,14 @@ use datafusion_optimizer::OptimizerContext;
 use datafusion_sql::parser::Statement as DFStatement;
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use datafusion_sql::sqlparser::ast::Statement as SqlStatement;
+use stride_engine::activity::QueryOrigin;
+use stride_engine::StatementStats;
 use stride_exec::QueryStats;
-use stride_sched::{Scheduler, SchedulerConfig};
 use stride_storage::catalog::DEFAULT_SCHEMA;
-use stride_storage::{Catalog, Table};
+use stride_storage::Table;
 
-use crate::activity::{QueryLog, QueryOrigin};
 use crate::context::{FunctionRegistry, PlannerContext, SourceOrigin, StrideTableSource};
-use crate::error::{PlanKind, Result, SettingKind, SqlError, UndefinedKind};
+use crate::error::{PlanKind, Result, SqlError, UndefinedKind};
 use crate::interrupt::Interrupt;
 use crate::settings::SessionSettings;
 
@@ -84,193 +86,34 @@ pub use prepared::Prepared;
 pub use stream::ResultReceiver;
 use txn::TransactionState;
 
-/// Engine settings.
-#[derive(Debug, Clone, Default)]
-pub struct EngineConfig {
-    pub scheduler: SchedulerConfig,
-    pub memory: MemoryConfig,
-    pub spill: SpillConfig,
-    pub scans: ScanDefaults,
-    /// Shared scans: the default mode of sessions (`--sharing`), cycle
-    /// length and maximum batch size (`stride_exec::shared`).
-    pub sharing: stride_exec::SharingConfig,
-}
+pub use stride_engine::{EngineConfig, FileAccess, MemoryConfig, ScanDefaults, SpillConfig};
 
-/// How table scans are placed and scheduled unless a session sets
-/// `stride.placement` / `stride.affinity` (`stride_exec::placement`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ScanDefaults {
-    pub placement: stride_exec::placement::Placement,
-    pub affinity: stride_exec::placement::Affinity,
-    /// Auto's memory-bound threshold, bytes per CPU second.
-    pub memory_bound_bytes_per_sec: f64,
-}
-
-impl Default for ScanDefaults {
-    fn default() -> Self {
-        ScanDefaults {
-            placement: Default::default(),
-            affinity: Default::default(),
-            memory_bound_bytes_per_sec: stride_exec::placement::MEMORY_BOUND_BYTES_PER_SEC,
-        }
-    }
-}
-
-/// Where queries spill what their memory share cannot hold (see
-/// `stride_exec::spill`).
-#[derive(Debug, Clone, Default)]
-pub struct SpillConfig {
-    /// The directory in which the engine makes its spill area
-    /// (`stride-<pid>`); the system's temporary directory when `None`.
-    pub temp_dir: Option<std::path::PathBuf>,
-    /// `temp_file_limit`: bytes one query may hold in spill files; `None`:
-    /// no limit.
-    pub file_limit: Option<u64>,
-    /// For tests: spillable operators spill every batch
-    /// (`stride_exec::SpillArea::set_force`).
-    pub force: bool,
-}
-
-/// Memory governance (see `stride_exec::memory`).
-#[derive(Debug, Clone, Copy)]
-pub struct MemoryConfig {
-    /// Bytes all queries together may hold (`stride.memory_limit`).
-    pub limit: usize,
-    /// Bytes one query may hold unless its session sets
-    /// `stride.query_memory_limit`; never more than `limit`.
-    pub query_limit: usize,
-}
-
-impl Default for MemoryConfig {
-    /// [`stride_exec::memory::default_limit`] (80% of the machine's or the
-    /// cgroup's memory), and half of it for one query, so that one runaway
-    /// query leaves room for the others.
-    fn default() -> Self {
-        let limit = stride_exec::memory::default_limit();
-        MemoryConfig {
-            limit,
-            query_limit: limit / 2,
-        }
-    }
-}
-
-/// Which server-side files statements may read (`CREATE EXTERNAL TABLE`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum FileAccess {
-    /// None: file statements fail with SQLSTATE 42501 (a new engine's
-    /// setting, and the server's unless it is given an import directory).
-    #[default]
-    Denied,
-    /// Regular files under this directory only: relative locations resolve
-    /// in it; `..`, absolute paths elsewhere and symbolic links that lead
-    /// out are refused before the file system is asked anything.
-    Under(std::path::PathBuf),
-    /// Any regular file the process can read (the local command line, whose
-    /// user owns the process anyway).
-    Any,
-}
-
-impl FileAccess {
-    /// The file a statement may read at `location`, or why not.
-    pub fn resolve(&self, location: &str) -> Result<std::path::PathBuf> {
-        use std::path::{Component, Path};
-        let denied = |why: &str| {
-            SqlError::InsufficientPrivilege(format!(
-                "permission denied to read \"{location}\": {why}"
-            ))
-        };
-        let path = Path::new(location);
-        let resolved = match self {
-            FileAccess::Denied => {
-                return Err(denied(
-                    "server-side files can be read only under an import directory \
-                     (stride serve --import-dir DIR)",
-                ))
-            }
-            FileAccess::Any => path.to_path_buf(),
-            FileAccess::Under(dir) => {
-                if path.components().any(|c| matches!(c, Component::ParentDir)) {
-                    return Err(denied("the location may not contain \"..\""));
-                }
-                let relative = if path.is_absolute() {
-                    path.strip_prefix(dir)
-                        .map_err(|_| denied("the file is outside the import directory"))?
-                } else {
-                    path
-                };
-                let root = dir.canonicalize().map_err(|e| {
-                    SqlError::Internal(format!("import directory {}: {e}", dir.display()))
-                })?;
-                let full = root.join(relative).canonicalize().map_err(|_| {
-                    SqlError::undefined(
-                        UndefinedKind::File,
-                        format!("could not open file \"{location}\" in the import directory"),
-                    )
-                })?;
-                if !full.starts_with(&root) {
-                    return Err(denied("the file is outside the import directory"));
-                }
-                full
-            }
-        };
-        match std::fs::metadata(&resolved) {
-            Ok(m) if !m.is_file() => Err(SqlError::plan(
-                PlanKind::WrongObjectType,
-                format!("\"{location}\" is not a regular file"),
-            )),
-            // The reader reports a missing file with its path.
-            _ => Ok(resolved),
-        }
-    }
-}
-
-/// Catalog, scheduler and function registry shared by all sessions.
+/// The SQL front end's engine: the engine-wide runtime
+/// ([`stride_engine::Engine`]: scheduler, catalog, memory, query log,
+/// feedback store) and what SQL keeps besides — the function registry,
+/// DataFusion's options, roles and grants, the plan cache, the default
+/// schema of new sessions.
 pub struct Engine {
-    catalog: Arc<Catalog>,
-    scheduler: Scheduler,
+    runtime: stride_engine::Engine,
     functions: FunctionRegistry,
     options: ConfigOptions,
-    log: QueryLog,
-    /// Recorded per-pipeline costs: SRPT's remaining-work estimates.
-    history: crate::history::WorkHistory,
     /// Source of session ids; Relaxed: ids only need to be unique.
     next_session: AtomicU64,
     /// The schema new sessions resolve unqualified names in.
     default_schema: Mutex<String>,
-    /// Which server-side files statements may read.
-    file_access: Mutex<FileAccess>,
     /// Roles, table owners and grants.
     roles: crate::roles::Roles,
-    /// The memory all queries are charged to.
-    memory: Arc<stride_exec::MemoryPool>,
-    /// The default share of one query (bytes; Relaxed: a plain setting).
-    query_memory_limit: std::sync::atomic::AtomicUsize,
-    /// Where queries spill; replaced by `SET stride.temp_directory` (a
-    /// running query keeps the area it started with).
-    spill: Mutex<Arc<stride_exec::SpillArea>>,
-    /// The data directory commits are logged to (`--data-dir`); set once.
-    data_dir: std::sync::OnceLock<Arc<stride_storage::durable::DataDir>>,
     /// The roles' generation last written to the data directory; its mutex
     /// orders the writes, so a later write never carries an older catalog.
     security_persisted: std::sync::Mutex<u64>,
-    /// Scan placement and affinity unless a session sets its own.
-    scans: ScanDefaults,
-    /// Where `ALTER TABLE … SET (placement = …)` copies a table's rows: the
-    /// kernel on the machine's own topology, logical records on fake and
-    /// synthetic ones.
-    placed_memory: Arc<stride_storage::placement::PlacedMemory>,
-    /// The scheduler topology's node ids (what placements deal rows to).
-    nodes: Arc<[usize]>,
     /// Optimized plans of simple-protocol statement shapes.
     plan_cache: PlanCache,
-    /// Shared scans: batches of queries over one table snapshot.
-    sharing: Arc<stride_exec::SharedScans>,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("workers", &self.scheduler.config().workers)
+            .field("runtime", &self.runtime)
             .finish()
     }
 }
@@ -330,48 +173,23 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Arc<Engine> {
         let mut options = ConfigOptions::new();
         options.sql_parser.parse_float_as_decimal = true;
-        let nodes: Arc<[usize]> = config
-            .scheduler
-            .topology
-            .nodes()
-            .iter()
-            .map(|n| n.id)
-            .collect();
-        let backing = match config.scheduler.topology.kind() {
-            stride_sched::TopologyKind::Detected => {
-                stride_storage::placement::Backing::KernelThenFake
-            }
-            _ => stride_storage::placement::Backing::Fake,
-        };
         Arc::new(Engine {
-            catalog: Arc::new(Catalog::new()),
-            scheduler: Scheduler::new(config.scheduler),
-            scans: config.scans,
-            sharing: Arc::new(stride_exec::SharedScans::new(config.sharing)),
-            nodes,
-            placed_memory: Arc::new(stride_storage::placement::PlacedMemory::new(
-                stride_storage::placement::PlacedMemoryConfig { backing },
-            )),
+            runtime: stride_engine::Engine::new(config),
             functions: FunctionRegistry::default(),
             options,
-            log: QueryLog::default(),
-            history: Default::default(),
             next_session: AtomicU64::new(1),
             default_schema: Mutex::new(DEFAULT_SCHEMA.to_string()),
-            file_access: Mutex::new(FileAccess::Denied),
             roles: crate::roles::Roles::new(),
-            memory: stride_exec::MemoryPool::new(config.memory.limit),
-            query_memory_limit: std::sync::atomic::AtomicUsize::new(config.memory.query_limit),
-            spill: Mutex::new({
-                let area = stride_exec::SpillArea::new(config.spill.temp_dir.as_deref());
-                area.set_file_limit(config.spill.file_limit);
-                area.set_force(config.spill.force);
-                area
-            }),
-            data_dir: std::sync::OnceLock::new(),
             security_persisted: std::sync::Mutex::new(0),
             plan_cache: PlanCache::new(DEFAULT_PLAN_CACHE_SIZE),
         })
+    }
+
+    /// The engine-wide runtime this front end plans for: scheduler,
+    /// catalog, memory governance, shared scans, data directory, query log,
+    /// feedback store, file access.
+    pub fn runtime(&self) -> &stride_engine::Engine {
+        &self.runtime
     }
 
     /// The cache of simple-protocol statement shapes' plans
@@ -380,150 +198,28 @@ impl Engine {
         &self.plan_cache
     }
 
-    /// The engine's scan defaults (`--placement`, `--affinity`).
-    pub fn scan_defaults(&self) -> ScanDefaults {
-        self.scans
-    }
-
-    /// The engine's shared scans (`stride.sharing`, `stride.batches`).
-    pub fn sharing(&self) -> &Arc<stride_exec::SharedScans> {
-        &self.sharing
-    }
-
-    /// Where placed tables' rows live ([`Self::nodes`]' memory).
-    pub fn placed_memory(&self) -> &Arc<stride_storage::placement::PlacedMemory> {
-        &self.placed_memory
-    }
-
-    /// The scheduler topology's node ids, in order.
-    pub fn nodes(&self) -> &Arc<[usize]> {
-        &self.nodes
-    }
-
     /// Opens the data directory, recovers its tables into the catalog and
-    /// logs every commit from now on. Call once, before any table is
-    /// created or generated.
+    /// the roles from it, and logs every commit from now on. Call once,
+    /// before any table is created or generated.
     pub fn open_data_dir(
         &self,
         config: &stride_storage::durable::DataDirConfig,
     ) -> Result<&stride_storage::durable::RecoveryReport> {
-        if self.data_dir.get().is_some() {
-            return Err(SqlError::Internal(
-                "a data directory is open already".into(),
-            ));
-        }
-        let dir = stride_storage::durable::DataDir::open(config, &self.catalog)?;
-        if let Some(bytes) = self.catalog.security() {
-            self.roles.restore(&bytes)?;
-        }
-        *self
-            .security_persisted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = self.roles.generation();
-        let dir = self.data_dir.get_or_init(|| Arc::new(dir));
-        Ok(dir.recovery())
-    }
-
-    /// The data directory, if one is open.
-    pub fn data_dir(&self) -> Option<&Arc<stride_storage::durable::DataDir>> {
-        self.data_dir.get()
-    }
-
-    /// `CHECKPOINT`: writes the persistent tables to the data directory and
-    /// truncates its log; `None` without a data directory.
-    pub fn checkpoint(&self) -> Result<Option<stride_storage::durable::CheckpointInfo>> {
-        match self.data_dir.get() {
-            Some(d) => Ok(Some(d.checkpoint(&self.catalog)?)),
-            None => Ok(None),
-        }
-    }
-
-    /// The spill area new queries spill to.
-    pub fn spill_area(&self) -> Arc<stride_exec::SpillArea> {
-        self.spill.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// `stride.temp_directory`: the directory the spill area is made in.
-    pub fn temp_directory(&self) -> String {
-        let spill = self.spill_area();
-        let dir = spill.dir();
-        dir.parent().unwrap_or(dir).display().to_string()
-    }
-
-    /// Moves the spill area of queries started from now on into `parent`
-    /// (`stride.temp_directory`), which must be an existing directory.
-    pub fn set_temp_directory(&self, parent: &std::path::Path) -> Result<()> {
-        if !parent.is_absolute() || !parent.is_dir() {
-            return Err(SqlError::setting(
-                SettingKind::InvalidValue,
-                format!(
-                    "invalid value for parameter \"stride.temp_directory\": \"{}\" (an existing directory, as an absolute path)",
-                    parent.display()
-                ),
-            ));
-        }
-        let mut spill = self.spill.lock().unwrap_or_else(|e| e.into_inner());
-        let area = stride_exec::SpillArea::new(Some(parent));
-        area.set_file_limit(spill.file_limit());
-        area.set_force(spill.forced());
-        *spill = area;
-        Ok(())
-    }
-
-    /// The memory pool every query is charged to.
-    pub fn memory(&self) -> &Arc<stride_exec::MemoryPool> {
-        &self.memory
-    }
-
-    /// Sets the server-wide memory limit (`stride.memory_limit`).
-    pub fn set_memory_limit(&self, bytes: usize) {
-        self.memory.set_limit(bytes);
-    }
-
-    /// The share of one query whose session did not set its own.
-    pub fn query_memory_limit(&self) -> usize {
-        self.query_memory_limit.load(Ordering::Relaxed)
-    }
-
-    /// Sets the default share of one query.
-    pub fn set_query_memory_limit(&self, bytes: usize) {
-        self.query_memory_limit.store(bytes, Ordering::Relaxed);
-    }
-
-    /// Sets which server-side files statements may read.
-    pub fn set_file_access(&self, access: FileAccess) {
-        *self.file_access.lock().unwrap_or_else(|e| e.into_inner()) = access;
-    }
-
-    /// Which server-side files statements may read.
-    pub fn file_access(&self) -> FileAccess {
-        self.file_access
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Recorded per-pipeline costs (SRPT's estimates).
-    pub fn history(&self) -> &crate::history::WorkHistory {
-        &self.history
-    }
-
-    /// Active and recent queries (the `stride.queries` system view).
-    pub fn query_log(&self) -> &QueryLog {
-        &self.log
-    }
-
-    pub fn catalog(&self) -> &Arc<Catalog> {
-        &self.catalog
-    }
-
-    pub fn scheduler(&self) -> &Scheduler {
-        &self.scheduler
+        self.runtime.open_data_dir(config, |catalog| {
+            if let Some(bytes) = catalog.security() {
+                self.roles.restore(&bytes)?;
+            }
+            *self
+                .security_persisted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = self.roles.generation();
+            Ok::<(), SqlError>(())
+        })
     }
 
     /// Makes `schema` the default schema of sessions opened from now on.
     pub fn set_default_schema(&self, schema: &str) -> Result<()> {
-        if !self.catalog.schema_exists(schema) {
+        if !self.runtime.catalog().schema_exists(schema) {
             return Err(SqlError::undefined(
                 UndefinedKind::Schema,
                 format!("schema \"{schema}\" does not exist"),
@@ -545,26 +241,17 @@ impl Engine {
     pub fn system_view(
         &self,
         name: &str,
-        viewer: crate::activity::Viewer,
+        viewer: stride_engine::activity::Viewer,
     ) -> Result<Option<Table>> {
         match name {
             "roles" => self.roles.roles_table().map(Some),
-            "table_privileges" => self.roles.table_privileges_table(&self.catalog).map(Some),
-            "memory" => crate::activity::memory_table(
-                &self.memory,
-                self.query_memory_limit(),
-                &self.spill_area(),
-            )
-            .map(Some),
-            "storage" => crate::storage_view::storage_table(self.data_dir()).map(Some),
+            "table_privileges" => self
+                .roles
+                .table_privileges_table(self.runtime.catalog())
+                .map(Some),
             "plan_cache" => self.plan_cache.entries_table(viewer).map(Some),
             "plan_cache_stats" => self.plan_cache.stats_table().map(Some),
-            "batches" => crate::sharing_view::batches_table(&self.sharing).map(Some),
-            "storage_tables" => {
-                crate::storage_view::storage_tables_table(&self.catalog, self.data_dir().is_some())
-                    .map(Some)
-            }
-            _ => crate::activity::system_table(name, &self.log, &self.scheduler, viewer),
+            _ => Ok(self.runtime.system_view(name, viewer)?),
         }
     }
 
@@ -609,7 +296,7 @@ impl Engine {
             transaction: TransactionState::default(),
             interrupt: Arc::new(Interrupt::default()),
             cursors: Default::default(),
-            statement_stats: RefCell::new(None),
+            statement_stats: RefCell::new(StatementStats::default()),
             receiver: None,
             opening: Default::default(),
         }
@@ -619,13 +306,14 @@ impl Engine {
     /// never logged nor checkpointed), replacing tables of the same names.
     /// With a data directory, a schema of persisted tables is refused.
     pub fn add_tables(&self, schema: &str, tables: Vec<Table>) -> Result<()> {
-        if self.data_dir.get().is_some() || !self.catalog.schema_exists(schema) {
-            self.catalog.create_transient_schema(schema)?;
+        let catalog = self.runtime.catalog();
+        if self.runtime.data_dir().is_some() || !catalog.schema_exists(schema) {
+            catalog.create_transient_schema(schema)?;
         }
         for t in tables {
             // The bootstrap superuser owns tables loaded outside SQL.
             self.roles.table_dropped(schema, t.name());
-            self.catalog.put_table(schema, t, true)?;
+            catalog.put_table(schema, t, true)?;
         }
         Ok(())
     }
@@ -633,7 +321,7 @@ impl Engine {
     /// Generates TPC-H at `scale` into schema `sf<scale>` (e.g. `sf0_1`); returns the schema name.
     pub fn load_tpch(&self, scale: f64) -> Result<String> {
         let schema = stride_storage::scale_factor_schema("", scale);
-        let threads = self.scheduler.config().workers;
+        let threads = self.runtime.scheduler().config().workers;
         self.add_tables(&schema, stride_storage::tpch::generate(scale, threads)?)?;
         Ok(schema)
     }
@@ -641,7 +329,7 @@ impl Engine {
     /// Generates TPC-DS at `scale` into schema `tpcds_sf<scale>`; returns the schema name.
     pub fn load_tpcds(&self, scale: f64) -> Result<String> {
         let schema = stride_storage::scale_factor_schema("tpcds_", scale);
-        let threads = self.scheduler.config().workers;
+        let threads = self.runtime.scheduler().config().workers;
         self.add_tables(&schema, stride_storage::tpcds::generate(scale, threads)?)?;
         Ok(schema)
     }
@@ -649,7 +337,7 @@ impl Engine {
     /// Generates SSB at `scale` into schema `ssb_sf<scale>`; returns the schema name.
     pub fn load_ssb(&self, scale: f64, seed: u64) -> Result<String> {
         let schema = stride_storage::scale_factor_schema("ssb_", scale);
-        let threads = self.scheduler.config().workers;
+        let threads = self.runtime.scheduler().config().workers;
         self.add_tables(
             &schema,
             stride_storage::ssb::generate(scale, seed, threads)?,
@@ -677,7 +365,7 @@ pub struct Session {
     cursors: cursor::Cursors,
     /// Scheduler accounting summed over the queries of the running statement
     /// (a statement may run scalar subqueries first).
-    statement_stats: RefCell<Option<QueryStats>>,
+    statement_stats: RefCell<StatementStats>,
     /// Where the running request's query results stream to (set for one
     /// request by `execute_statements_streaming` / `execute_prepared_streaming`).
     receiver: Option<Arc<dyn ResultReceiver>>,
@@ -954,8 +642,8 @@ impl Session {
     }
 
     /// This session as a reader of the system views.
-    fn viewer(&self) -> crate::activity::Viewer {
-        crate::activity::Viewer {
+    fn viewer(&self) -> stride_engine::activity::Viewer {
+        stride_engine::activity::Viewer {
             role: self.role,
             superuser: self.is_superuser(),
         }
@@ -1112,22 +800,22 @@ impl Session {
             user: &self.user,
             role: self.role,
             user_priority: self.settings.user_priority,
-            policy: self.engine.scheduler.policy().name().to_string(),
+            policy: self.engine.runtime.scheduler().policy().name().to_string(),
         };
-        let id = self.engine.log.start(origin, sql);
-        *self.statement_stats.borrow_mut() = None;
+        let id = self.engine.runtime.query_log().start(origin, sql);
+        self.statement_stats.borrow_mut().clear();
         let result = f(self);
         if result.is_ok() && self.adopt_log_entry(id) {
             // The query's rows are still to be fetched: it ends the entry.
             return result;
         }
-        let stats = self.statement_stats.borrow_mut().take().unwrap_or_default();
+        let stats = self.statement_stats.borrow_mut().take();
         let outcome = match &result {
             Ok(_) => Ok(&stats),
             Err(e @ (SqlError::Cancelled | SqlError::Timeout)) => Err(("cancelled", e.to_string())),
             Err(e) => Err(("failed", e.to_string())),
         };
-        self.engine.log.finish(id, outcome);
+        self.engine.runtime.query_log().finish(id, outcome);
         result
     }
 

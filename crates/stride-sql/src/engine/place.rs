@@ -104,8 +104,8 @@ impl Session {
             Some(placement) => place(
                 &current,
                 placement,
-                self.engine.nodes(),
-                self.engine.placed_memory(),
+                self.engine.runtime().nodes(),
+                self.engine.runtime().placed_memory(),
             )?,
         };
         self.write_op(CatalogOp::PutTable {

@@ -249,7 +249,7 @@ impl PlanCache {
 
     /// `stride.plan_cache`: one row per entry, most recently used first;
     /// a shape's text only for its own role or a superuser.
-    pub fn entries_table(&self, viewer: crate::activity::Viewer) -> Result<Table> {
+    pub fn entries_table(&self, viewer: stride_engine::activity::Viewer) -> Result<Table> {
         let mut rows: Vec<(ShapeKey, Arc<Entry>, u64)> = self
             .lock()
             .entries
@@ -272,7 +272,7 @@ impl PlanCache {
             if viewer.superuser || viewer.role == k.role {
                 k.shape.split('\u{0}').next().unwrap_or("").to_string()
             } else {
-                crate::activity::HIDDEN_TEXT.to_string()
+                stride_engine::activity::HIDDEN_TEXT.to_string()
             }
         };
         let columns: Vec<ArrayRef> = vec![

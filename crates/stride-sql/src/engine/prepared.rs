@@ -392,7 +392,7 @@ impl Session {
                     "permission denied to run CHECKPOINT: only superusers may".into()
                 })?;
                 self.logged(&prepared.sql, |s| {
-                    s.engine.checkpoint()?;
+                    s.engine.runtime().checkpoint()?;
                     Ok(command("CHECKPOINT"))
                 })
             }
@@ -444,10 +444,10 @@ impl Session {
                 }
                 // Logged by its command tag alone: the text may hold a password.
                 self.logged(&prepared.sql, |s| {
-                    let tag = s
-                        .engine
-                        .roles
-                        .execute(s.role, statement, &s.engine.catalog)?;
+                    let tag =
+                        s.engine
+                            .roles
+                            .execute(s.role, statement, s.engine.runtime().catalog())?;
                     s.engine.persist_security()?;
                     Ok(command(tag))
                 })

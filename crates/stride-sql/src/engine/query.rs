@@ -24,18 +24,19 @@ impl Session {
     pub fn query_memory_limit(&self) -> usize {
         self.settings
             .query_memory_limit
-            .unwrap_or_else(|| self.engine.query_memory_limit())
+            .unwrap_or_else(|| self.engine.runtime().query_memory_limit())
     }
 
     /// How this session's scans are placed and scheduled: its
     /// `stride.placement` / `stride.affinity`, else the engine's defaults,
     /// over the topology's nodes.
     pub fn scan_placement(&self) -> stride_exec::placement::ScanPlacement {
-        let defaults = self.engine.scan_defaults();
+        let runtime = self.engine.runtime();
+        let defaults = runtime.scan_defaults();
         stride_exec::placement::ScanPlacement {
             placement: self.settings.placement.unwrap_or(defaults.placement),
             affinity: self.settings.affinity.unwrap_or(defaults.affinity),
-            nodes: self.engine.nodes().clone(),
+            nodes: runtime.nodes().clone(),
             memory_bound_bytes_per_sec: defaults.memory_bound_bytes_per_sec,
         }
     }
@@ -83,38 +84,29 @@ impl Session {
         let planning = start.elapsed();
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
         let exec_start = Instant::now();
-        let history_key = self.engine.history.key(&physical, &plan);
-        let facts = stride_sched::GroupFacts {
+        let runtime = self.engine.runtime();
+        let key = crate::history::key(runtime.history(), &physical, &plan);
+        let config = stride_engine::RunConfig {
             user_priority: self.settings.user_priority,
             static_priority: self.settings.static_priority,
-            estimates: self.engine.history.estimates(&history_key),
+            memory_share: self.query_memory_limit(),
+            sharing: self.sharing_mode(),
         };
         self.interrupt.check()?;
         let interrupt = &self.interrupt;
-        let memory = stride_exec::QueryMemory::with_spill(
-            self.engine.memory.clone(),
-            self.query_memory_limit(),
-            Some(self.engine.spill_area().query()),
-        );
-        let scheduler = &self.engine.scheduler;
-        let sharing =
-            (self.sharing_mode() == stride_exec::SharingMode::Scans).then(|| self.engine.sharing());
-        let on_running = &mut |canceller| interrupt.publish(canceller);
-        let (schema, batches, streamed, stats) = match to {
+        // `statement_timeout` lands while the query runs, in-process too.
+        let _deadline = interrupt.watch_deadline();
+        let on_running =
+            &mut |canceller: Option<stride_exec::Canceller>| interrupt.publish(canceller);
+        let out = match to {
             Destination::Open => {
-                let config = stride_exec::LiveConfig {
-                    scheduler,
-                    facts,
-                    memory: &memory,
-                    sharing,
-                    stream: stride_exec::StreamConfig::new(stride_exec::result_order(&physical)),
-                };
-                let live =
-                    stride_exec::LiveResult::open(&physical, schema.clone(), config, on_running)
-                        .map_err(|e| self.exec_error(e))?;
+                let stream = stride_exec::StreamConfig::new(stride_exec::result_order(&physical));
+                let live = runtime
+                    .open(&physical, schema.clone(), &key, config, stream, on_running)
+                    .map_err(|e| self.exec_error(e))?;
                 // Fetches publish it while they run.
                 interrupt.publish(None);
-                self.opened(LiveQuery::new(live, self.engine.clone(), history_key));
+                self.opened(LiveQuery::new(live, self.engine.clone(), key));
                 return Ok(QueryOutput {
                     schema,
                     batches: Vec::new(),
@@ -124,19 +116,21 @@ impl Session {
                     execution: exec_start.elapsed(),
                 });
             }
-            Destination::Collect => {
-                let out = stride_exec::execute_with(
-                    &physical, schema, scheduler, facts, &memory, sharing, on_running,
+            Destination::Collect => runtime
+                .run(
+                    &physical,
+                    schema,
+                    &key,
+                    config,
+                    stride_engine::Delivery::Collect { on_running },
                 )
-                .map_err(|e| self.exec_error(e))?;
-                (out.schema, out.batches, None, out.stats)
-            }
+                .map_err(|e| self.exec_error(e))?,
             Destination::Stream(receiver) => {
                 receiver.columns(&schema)?;
-                let config = stride_exec::StreamConfig::new(stride_exec::result_order(&physical));
+                let stream = stride_exec::StreamConfig::new(stride_exec::result_order(&physical));
                 let mut refused = None;
                 let consumer = stride_exec::Consumer {
-                    config,
+                    config: stream,
                     on_running,
                     deliver: &mut |batch| {
                         // A cancel or timeout lands between batches too,
@@ -149,26 +143,27 @@ impl Session {
                         })
                     },
                 };
-                let out = stride_exec::execute_streaming(
-                    &physical, schema, scheduler, facts, &memory, sharing, consumer,
+                let out = runtime.run(
+                    &physical,
+                    schema,
+                    &key,
+                    config,
+                    stride_engine::Delivery::Stream(consumer),
                 );
                 // The receiver's own error (the client went away) is the
                 // statement's, not the executor's.
-                let out = match (out, refused) {
+                match (out, refused) {
                     (Err(_), Some(e)) => return Err(e),
                     (out, _) => out.map_err(|e| self.exec_error(e))?,
-                };
-                (out.schema, Vec::new(), Some(out.rows), out.stats)
+                }
             }
         };
-        let workers = self.engine.scheduler.config().workers;
-        self.engine.history.record(&history_key, &stats, workers);
-        self.add_statement_stats(&stats);
+        self.statement_stats.borrow_mut().add(&out.stats);
         Ok(QueryOutput {
-            schema,
-            batches,
-            streamed,
-            stats,
+            schema: out.schema,
+            batches: out.batches,
+            streamed: out.streamed,
+            stats: out.stats,
             planning,
             execution: exec_start.elapsed(),
         })
@@ -184,54 +179,6 @@ impl Session {
                 SqlError::NumericOutOfRange(format!("integer out of range ({e})"))
             }
             other => SqlError::Exec(other),
-        }
-    }
-
-    /// Adds a query's scheduler accounting to its statement's.
-    fn add_statement_stats(&self, stats: &stride_exec::QueryStats) {
-        let mut acc = self.statement_stats.borrow_mut();
-        match acc.as_mut() {
-            None => *acc = Some(stats.clone()),
-            Some(a) => {
-                a.cpu_time += stats.cpu_time;
-                a.finalize_time += stats.finalize_time;
-                a.tasks += stats.tasks;
-                a.memory_peak = a.memory_peak.max(stats.memory_peak);
-                a.spilled_bytes += stats.spilled_bytes;
-                a.morsels += stats.morsels;
-                a.tuples += stats.tuples;
-                a.task_sets += stats.task_sets;
-                a.latency += stats.latency;
-                a.estimated_cpu = a.estimated_cpu.zip(stats.estimated_cpu).map(|(x, y)| x + y);
-                let o = stats;
-                a.task_set_cpu.extend_from_slice(&o.task_set_cpu);
-                a.task_set_morsels.extend_from_slice(&o.task_set_morsels);
-                if o.morsels > 0 {
-                    // `a.morsels` already includes `o`'s: equal means
-                    // the earlier queries ran no morsel.
-                    a.morsel_tuples_min = if a.morsels == o.morsels {
-                        o.morsel_tuples_min
-                    } else {
-                        a.morsel_tuples_min.min(o.morsel_tuples_min)
-                    };
-                    a.morsel_tuples_max = a.morsel_tuples_max.max(o.morsel_tuples_max);
-                }
-                for &(bound, count) in &o.morsel_size_histogram {
-                    match a
-                        .morsel_size_histogram
-                        .iter_mut()
-                        .find(|(b, _)| *b == bound)
-                    {
-                        Some(slot) => slot.1 += count,
-                        None => a.morsel_size_histogram.push((bound, count)),
-                    }
-                }
-                a.morsel_size_histogram.sort_unstable();
-                // The statement's own query runs last (subqueries first):
-                // its priority is the statement's.
-                a.priority_trace = o.priority_trace.clone();
-                a.final_priority = o.final_priority;
-            }
         }
     }
 
@@ -347,7 +294,7 @@ impl Session {
     /// The optimized logical plan, Stride's physical plan and its pipelines.
     pub fn explain(&self, plan: &LogicalPlan) -> Result<String> {
         let physical = self.physical_plan(plan)?;
-        let workers = self.engine.scheduler.config().workers;
+        let workers = self.engine.runtime().scheduler().config().workers;
         let pipelines = stride_exec::executor::explain_pipelines(&physical, workers)?;
         Ok(format!(
             "logical plan:\n{}\n\nphysical plan:\n{}\npipelines (task sets, in order):\n{}\n",

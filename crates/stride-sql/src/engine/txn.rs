@@ -47,8 +47,9 @@ use std::sync::Arc;
 use datafusion_sql::sqlparser::ast::{
     TransactionAccessMode, TransactionIsolationLevel, TransactionMode,
 };
+use stride_engine::commit::Touched;
 use stride_storage::catalog::CatalogOp;
-use stride_storage::{Catalog, StorageError, Table};
+use stride_storage::Catalog;
 
 use super::{command, Engine, Session, StatementOutput};
 use crate::error::{PlanKind, Result, SqlError};
@@ -98,16 +99,6 @@ impl TxnOp {
     }
 }
 
-/// What one table's writes in a transaction started from.
-#[derive(Debug, Clone)]
-struct Touched {
-    /// The table's snapshot in the view before the transaction's first
-    /// write to it.
-    base: Option<Arc<Table>>,
-    /// Created, replaced or dropped (not only appended to).
-    rewritten: bool,
-}
-
 /// Ownership bookkeeping a transaction's DDL implies, applied in order at
 /// commit (a creation also at once, so that the creator may use its table
 /// within the block; undone by a rollback).
@@ -151,13 +142,13 @@ impl Session {
         self.transaction
             .view
             .as_ref()
-            .unwrap_or(&self.engine.catalog)
+            .unwrap_or(self.engine.runtime.catalog())
     }
 
     /// Takes the block's snapshot at its first statement.
     pub(super) fn take_snapshot(&mut self) {
         if self.transaction.open && self.transaction.view.is_none() {
-            self.transaction.view = Some(Arc::new(self.engine.catalog.snapshot()));
+            self.transaction.view = Some(Arc::new(self.engine.runtime.catalog().snapshot()));
         }
     }
 
@@ -266,7 +257,7 @@ impl Session {
             self.take_snapshot();
             return f(self);
         }
-        self.transaction.view = Some(Arc::new(self.engine.catalog.snapshot()));
+        self.transaction.view = Some(Arc::new(self.engine.runtime.catalog().snapshot()));
         let result = f(self);
         let state = std::mem::take(&mut self.transaction);
         match result {
@@ -365,7 +356,7 @@ impl Session {
     fn discard(&mut self, state: TransactionState) {
         for effect in &state.roles {
             if let RoleEffect::TableCreated { schema, table, .. } = effect {
-                if self.engine.catalog.table(schema, table).is_err() {
+                if self.engine.runtime.catalog().table(schema, table).is_err() {
                     self.engine.roles.table_dropped(schema, table);
                 }
             }
@@ -381,7 +372,11 @@ impl Session {
         if state.ops.is_empty() {
             return Ok(());
         }
-        let outcome = self.engine.commit_ops(&state.ops, &state.touched);
+        let outcome = self
+            .engine
+            .runtime
+            .commit(&state.ops, &state.touched)
+            .map_err(SqlError::from);
         if outcome.is_err() {
             self.discard(state);
             return outcome;
@@ -418,7 +413,7 @@ impl Engine {
     /// directory). Called after every statement that may change them,
     /// before it is acknowledged.
     pub fn persist_security(&self) -> Result<()> {
-        if self.data_dir.get().is_none() {
+        if self.runtime.data_dir().is_none() {
             return Ok(());
         }
         let mut persisted = self
@@ -430,75 +425,9 @@ impl Engine {
         }
         let (generation, bytes) = self.roles.encode();
         let op = CatalogOp::PutSecurity(Arc::new(bytes));
-        self.commit_ops(std::slice::from_ref(&op), &Default::default())?;
+        self.runtime
+            .commit(std::slice::from_ref(&op), &Default::default())?;
         *persisted = generation;
-        Ok(())
-    }
-
-    /// Applies a transaction's operations atomically (see the module's
-    /// documentation); with a data directory, durably.
-    fn commit_ops(
-        &self,
-        ops: &[CatalogOp],
-        touched: &BTreeMap<(String, String), Touched>,
-    ) -> Result<()> {
-        let dir = self.data_dir.get();
-        // Encoding (the rows' IPC bytes) happens before the catalog's lock;
-        // which operations are logged is checked again under it.
-        let mut logged = Vec::with_capacity(ops.len());
-        let mut encoded = Vec::new();
-        if dir.is_some() {
-            for op in ops {
-                let log = self.catalog.read_state(|state| state.is_logged(op));
-                if log {
-                    encoded.push(stride_storage::wal::encode_op(op)?);
-                }
-                logged.push(log);
-            }
-        }
-        let conflict = |what: String| StorageError::SerializationFailure(what);
-        let lsn = self.catalog.commit_durable(|state| {
-            for ((schema, table), t) in touched {
-                let now = state.table(schema, table);
-                let same = match (now, &t.base) {
-                    (None, None) => true,
-                    (Some(a), Some(b)) if t.rewritten => Arc::ptr_eq(a, b),
-                    (Some(a), Some(b)) => a.id() == b.id(),
-                    _ => false,
-                };
-                if !same {
-                    return Err(conflict(format!(
-                        "table \"{schema}.{table}\" was changed by another transaction"
-                    )));
-                }
-            }
-            for (i, op) in ops.iter().enumerate() {
-                if dir.is_some() && state.is_logged(op) != logged[i] {
-                    return Err(conflict(format!(
-                        "schema \"{}\" was dropped or created by another transaction",
-                        op.schema().unwrap_or_default()
-                    )));
-                }
-                state
-                    .apply(op)
-                    .map_err(|e| conflict(format!("another transaction committed first ({e})")))?;
-            }
-            match dir {
-                Some(d) if !encoded.is_empty() => d.append(&encoded).map(Some),
-                _ => Ok(None),
-            }
-        })?;
-        if let (Some(d), Some(lsn)) = (dir, lsn) {
-            d.wait_durable(lsn)?;
-            self.catalog.publish(lsn);
-            if d.wants_checkpoint() {
-                // The commit is durable whatever happens to the checkpoint;
-                // a failed one is reported and tried again at a later commit.
-                if let Err(e) = d.try_checkpoint(&self.catalog) {
-                    eprintln!("stride: automatic checkpoint failed: {e}");
-                }
-            }
-        }
         Ok(())
     }
 }

@@ -51,7 +51,7 @@ use crate::scram::Verifier;
 mod persist;
 
 /// A role's id (PostgreSQL: its OID).
-pub type RoleId = u32;
+pub type RoleId = stride_engine::activity::RoleId;
 /// The bootstrap superuser's id (PostgreSQL's `BOOTSTRAP_SUPERUSERID`).
 pub const BOOTSTRAP_ROLE_ID: RoleId = 10;
 /// The bootstrap superuser's name.
@@ -1635,7 +1635,7 @@ mod tests {
             },
             ..Default::default()
         });
-        engine.set_file_access(crate::FileAccess::Any);
+        engine.runtime().set_file_access(crate::FileAccess::Any);
         let mut admin = engine.session();
         assert!(admin.is_superuser());
         admin

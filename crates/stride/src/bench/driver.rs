@@ -206,7 +206,7 @@ impl Target {
             Target::Engine(engine) => {
                 let p = stride_sched::Policy::parse(policy)
                     .ok_or_else(|| anyhow!("unknown policy \"{policy}\""))?;
-                engine.scheduler().set_policy(p);
+                engine.runtime().scheduler().set_policy(p);
                 Ok(())
             }
             Target::Pg(_) => {
@@ -224,7 +224,7 @@ impl Target {
     /// The current policy's name as the target reports it.
     pub fn policy_name(&self) -> Result<String> {
         match self {
-            Target::Engine(engine) => Ok(engine.scheduler().policy().name().to_string()),
+            Target::Engine(engine) => Ok(engine.runtime().scheduler().policy().name().to_string()),
             Target::Pg(pg) => {
                 if !pg.version.to_ascii_lowercase().contains("stride") {
                     return Ok("os".into());
@@ -328,7 +328,8 @@ impl Target {
 
     /// Worker threads, where known.
     pub fn workers(&self) -> Option<usize> {
-        self.engine().map(|e| e.scheduler().config().workers)
+        self.engine()
+            .map(|e| e.runtime().scheduler().config().workers)
     }
 
     /// How this process's allocator purges freed memory ("reset" or

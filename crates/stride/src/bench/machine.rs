@@ -45,7 +45,7 @@ impl WorkerCounters {
     /// The counters now: `None` for a server that is not Stride.
     pub fn read(target: &Target) -> Result<Option<(WorkerCounters, usize)>> {
         if let Some(engine) = target.engine() {
-            let stats = engine.scheduler().worker_stats();
+            let stats = engine.runtime().scheduler().worker_stats();
             let workers = stats.len();
             let sum = stats
                 .iter()
@@ -105,7 +105,7 @@ impl WorkerCounters {
 /// Resource groups admitted, read in-process or from `stride.workers`.
 fn active_groups(target: &Target) -> Result<Option<usize>> {
     if let Some(engine) = target.engine() {
-        return Ok(Some(engine.scheduler().active_groups()));
+        return Ok(Some(engine.runtime().scheduler().active_groups()));
     }
     if !target.is_stride_server() {
         return Ok(None);

@@ -106,8 +106,8 @@ pub fn mixed(args: &MixedArgs, global: &GlobalArgs) -> Result<()> {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "policy {}, {} workers, {} parameters: short {} (sf {small}) while long {} (sf {large}) runs",
-        engine.scheduler().config().policy.name(),
-        engine.scheduler().config().workers,
+        engine.runtime().scheduler().config().policy.name(),
+        engine.runtime().scheduler().config().workers,
         params.name(),
         short_q.name,
         long_name

@@ -70,17 +70,17 @@ struct RunResult {
 }
 
 pub fn run(args: &NumaArgs, engine: &Arc<Engine>, mut session: Session) -> Result<()> {
-    let nodes = engine.nodes().clone();
+    let nodes = engine.runtime().nodes().clone();
     if nodes.len() < 2 {
         bail!(
             "bench numa needs a topology of at least two nodes (e.g. --topology \
              fake:nodes=2,cores-per-node=1, or nodes=2,cores-per-node=1)"
         );
     }
-    let topology = &engine.scheduler().config().topology;
+    let topology = &engine.runtime().scheduler().config().topology;
     println!(
         "# bench numa: topology {topology}; {} workers; {} (nodes are {})",
-        engine.scheduler().config().workers,
+        engine.runtime().scheduler().config().workers,
         if topology.oversubscribed() {
             "OVERSUBSCRIBED"
         } else {

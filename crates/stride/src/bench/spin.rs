@@ -265,7 +265,7 @@ pub fn run(
         "wall_s": wall,
         "workers": target.workers(),
         "allocator_purge": target.allocator_purge(),
-        "estimates": target.engine().map(|e| e.history().mode().name()),
+        "estimates": target.engine().map(|e| e.runtime().history().mode().name()),
         "classes": mix.to_json(),
         "throughput": {
             "mean_qps": tp.mean_qps, "sem_qps": tp.sem_qps,

@@ -152,13 +152,18 @@ pub fn test_config() -> stride_server::ServerConfig {
 /// engine's pool and no spill file is left; panics if not.
 pub fn back_to_baseline(engine: &stride_sql::Engine) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while (engine.memory().used() != 0 || engine.spill_area().bytes_on_disk() != 0)
+    while (engine.runtime().memory().used() != 0
+        || engine.runtime().spill_area().bytes_on_disk() != 0)
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert_eq!(engine.memory().used(), 0, "bytes still charged");
-    assert_eq!(engine.spill_area().bytes_on_disk(), 0, "spill files left");
+    assert_eq!(engine.runtime().memory().used(), 0, "bytes still charged");
+    assert_eq!(
+        engine.runtime().spill_area().bytes_on_disk(),
+        0,
+        "spill files left"
+    );
 }
 
 /// A raw protocol client of the server at `addr`: connected as `stride`,

@@ -18,7 +18,10 @@ use stride_exec::QueryStats;
 use stride_storage::Table;
 
 use crate::error::Result;
-use crate::roles::RoleId;
+
+/// A role's id, as the front end's role catalog numbers roles: who ran a
+/// query, and who may read its text.
+pub type RoleId = u32;
 
 /// How many finished queries `stride.queries` keeps.
 pub const RECENT_QUERIES: usize = 1000;

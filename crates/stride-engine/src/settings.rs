@@ -1,0 +1,314 @@
+//! Engine-wide settings: what one `SET` changes for every session
+//! (superusers only; the SQL front end checks that), their values parsed
+//! and shown as PostgreSQL parses and shows its own.
+//!
+//! | setting                      | values                                         |
+//! |------------------------------|------------------------------------------------|
+//! | `stride.policy`              | a policy name ([`Policy::parse`])              |
+//! | `stride.workers`             | read-only                                      |
+//! | `stride.memory_limit`        | a size (`4GB`): all queries together           |
+//! | `stride.sharing_cycle`       | a time (ms): how long a batch forms at least   |
+//! | `stride.sharing_max_batch`   | an integer ≥ 1: most queries in one batch      |
+//! | `stride.temp_directory`      | an existing directory: where queries spill     |
+//! | `stride.checkpoint_log_size` | a size: log bytes that trigger a checkpoint    |
+//! | `temp_file_limit`            | a size (no unit: kB), -1: spill files of one query |
+//!
+//! `stride.policy` is a property of the machine-wide scheduler: setting it
+//! in one session switches the policy every worker follows from its next
+//! decision on (there is one scheduler, and its policy is what the seeds'
+//! experiments compare).
+
+use std::time::Duration;
+
+use stride_sched::Policy;
+
+use crate::error::{EngineError, Result, SettingKind};
+use crate::Engine;
+
+impl Engine {
+    /// Applies `SET name = value` where `name` (lower case) is one of the
+    /// engine-wide settings above; `Ok(false)`: it is none of them.
+    pub fn set_setting(&self, name: &str, value: &str) -> Result<bool> {
+        match name {
+            "stride.policy" => self.scheduler().set_policy(parse_policy(value)?),
+            "stride.memory_limit" => self.set_memory_limit(memory_size(name, value)?),
+            "stride.sharing_cycle" => {
+                let cycle = sharing_cycle(value)?;
+                let sharing = self.sharing();
+                sharing.set_config(stride_exec::SharingConfig {
+                    cycle,
+                    ..sharing.config()
+                });
+            }
+            "stride.sharing_max_batch" => {
+                let max_batch = max_batch(value)?;
+                let sharing = self.sharing();
+                sharing.set_config(stride_exec::SharingConfig {
+                    max_batch,
+                    ..sharing.config()
+                });
+            }
+            "stride.temp_directory" => self.set_temp_directory(std::path::Path::new(value))?,
+            "stride.checkpoint_log_size" => {
+                let bytes = memory_size(name, value)?;
+                match self.data_dir() {
+                    Some(dir) => dir.set_checkpoint_log_bytes(bytes as u64),
+                    None => return Err(EngineError::setting(
+                        SettingKind::ReadOnly,
+                        "stride.checkpoint_log_size needs a data directory (stride --data-dir DIR)",
+                    )),
+                }
+            }
+            "temp_file_limit" => self.spill_area().set_file_limit(temp_file_limit(value)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The value of engine-wide setting `name` as `SHOW` gives it; `None`:
+    /// not one of them.
+    pub fn show_setting(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "stride.policy" => self.scheduler().policy().name().to_string(),
+            "stride.workers" => self.scheduler().config().workers.to_string(),
+            "stride.memory_limit" => show_size(self.memory().limit()),
+            "stride.temp_directory" => self.temp_directory(),
+            // Milliseconds, as `statement_timeout`.
+            "stride.sharing_cycle" => {
+                format!("{}ms", self.sharing().config().cycle.as_millis())
+            }
+            "stride.sharing_max_batch" => self.sharing().config().max_batch.to_string(),
+            "stride.checkpoint_log_size" => self.data_dir().map_or_else(
+                || "none (no data directory)".to_string(),
+                |d| show_size(d.checkpoint_log_bytes() as usize),
+            ),
+            "temp_file_limit" => show_temp_file_limit(self.spill_area().file_limit()),
+            _ => return None,
+        })
+    }
+
+    /// The engine-wide settings `SHOW ALL` lists, with their values
+    /// (`stride.checkpoint_log_size` is shown by name only).
+    pub fn all_settings(&self) -> Vec<(String, String)> {
+        [
+            "stride.policy",
+            "stride.workers",
+            "stride.memory_limit",
+            "stride.temp_directory",
+            "stride.sharing_cycle",
+            "stride.sharing_max_batch",
+            "temp_file_limit",
+        ]
+        .into_iter()
+        .filter_map(|name| Some((name.to_string(), self.show_setting(name)?)))
+        .collect()
+    }
+}
+
+/// A PostgreSQL time setting in milliseconds: a number with an optional
+/// unit (`us`, `ms` — the default —, `s`, `min`, `h`, `d`), rounded to whole
+/// milliseconds as PostgreSQL does; negative values are refused.
+pub fn duration_ms(value: &str) -> Option<u64> {
+    let (number, unit) = stride_exec::memory::split_quantity(value)?;
+    let factor = match unit {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    let ms = (number * factor).round();
+    (ms.is_finite() && (0.0..=i32::MAX as f64).contains(&ms)).then_some(ms as u64)
+}
+
+/// Parses a memory setting's value ([`stride_exec::memory::parse_size`]);
+/// zero is refused (no query could run).
+pub fn memory_size(name: &str, value: &str) -> Result<usize> {
+    match stride_exec::memory::parse_size(value) {
+        Some(bytes) if bytes > 0 => Ok(bytes),
+        _ => Err(EngineError::setting(
+            SettingKind::InvalidValue,
+            format!(
+                "invalid value for parameter \"{name}\": \"{value}\" (a size such as 512MB or 4GB)"
+            ),
+        )),
+    }
+}
+
+/// Parses `temp_file_limit` as PostgreSQL does: a size (kilobytes without
+/// a unit) or -1 for none.
+pub fn temp_file_limit(value: &str) -> Result<Option<u64>> {
+    if value.trim() == "-1" {
+        return Ok(None);
+    }
+    match stride_exec::memory::parse_size(value) {
+        Some(bytes) => Ok(Some(bytes as u64)),
+        None => Err(EngineError::setting(
+            SettingKind::InvalidValue,
+            format!(
+                "invalid value for parameter \"temp_file_limit\": \"{value}\" (a size such as 10GB, or -1)"
+            ),
+        )),
+    }
+}
+
+/// `temp_file_limit` as SHOW gives it.
+pub fn show_temp_file_limit(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "-1".to_string(), |b| show_size(b as usize))
+}
+
+/// A byte count as PostgreSQL shows a memory setting: in the largest unit
+/// that divides it (`4GB`, `1536MB`, `100B`).
+pub fn show_size(bytes: usize) -> String {
+    for (shift, unit) in [(40, "TB"), (30, "GB"), (20, "MB"), (10, "kB")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes}B")
+}
+
+/// Parses `stride.sharing_max_batch`: at least one query per batch.
+pub fn max_batch(value: &str) -> Result<usize> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(EngineError::setting(
+            SettingKind::InvalidValue,
+            format!(
+                "invalid value for parameter \"stride.sharing_max_batch\": \"{value}\" (an integer of at least 1)"
+            ),
+        )),
+    }
+}
+
+/// Parses `stride.sharing_cycle` (a time, milliseconds without a unit).
+pub fn sharing_cycle(value: &str) -> Result<Duration> {
+    duration_ms(value).map(Duration::from_millis).ok_or_else(|| {
+        EngineError::setting(
+            SettingKind::InvalidValue,
+            format!(
+                "invalid value for parameter \"stride.sharing_cycle\": \"{value}\" (a time such as 0, 5ms or 1s)"
+            ),
+        )
+    })
+}
+
+/// Parses a policy name for `SET stride.policy`.
+pub fn parse_policy(value: &str) -> Result<Policy> {
+    Policy::parse(value).ok_or_else(|| {
+        EngineError::setting(
+            SettingKind::InvalidValue,
+            format!("unknown policy \"{value}\" (try fifo, fair or stride)"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_show_in_the_largest_dividing_unit() {
+        assert_eq!(show_size(1536 << 20), "1536MB");
+        assert_eq!(show_size(4 << 30), "4GB");
+        assert_eq!(show_size(1000), "1000B");
+        assert!(memory_size("stride.memory_limit", "0").is_err());
+        assert_eq!(memory_size("stride.memory_limit", "1GB").unwrap(), 1 << 30);
+        assert_eq!(temp_file_limit("-1").unwrap(), None);
+        assert_eq!(show_temp_file_limit(Some(10 << 30)), "10GB");
+    }
+
+    #[test]
+    fn sharing_values_are_validated() {
+        assert_eq!(max_batch("64").unwrap(), 64);
+        for bad in ["0", "-3", "many"] {
+            assert!(max_batch(bad).is_err(), "{bad}");
+        }
+        assert_eq!(sharing_cycle("5ms").unwrap().as_millis(), 5);
+        assert_eq!(sharing_cycle("1s").unwrap().as_millis(), 1000);
+        assert!(sharing_cycle("-1").is_err());
+    }
+
+    #[test]
+    fn times_take_postgresql_units() {
+        for (given, ms) in [
+            ("60s", 60_000),
+            ("500", 500),
+            ("1min", 60_000),
+            ("250ms", 250),
+            ("1500us", 2),
+            ("1h", 3_600_000),
+            ("0", 0),
+        ] {
+            assert_eq!(duration_ms(given), Some(ms), "{given}");
+        }
+        for bad in ["-1", "10 parsecs", "abc", ""] {
+            assert_eq!(duration_ms(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn engine_wide_settings_apply_to_the_runtime() {
+        let engine = Engine::new(crate::EngineConfig {
+            scheduler: stride_sched::SchedulerConfig {
+                workers: 1,
+                pin_workers: false,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        assert!(engine.set_setting("stride.policy", "fair").unwrap());
+        assert_eq!(engine.show_setting("stride.policy").unwrap(), "fair");
+        assert!(engine.set_setting("stride.memory_limit", "3GB").unwrap());
+        assert_eq!(engine.memory().limit(), 3 << 30);
+        assert!(engine.set_setting("stride.sharing_cycle", "1s").unwrap());
+        assert_eq!(
+            engine.show_setting("stride.sharing_cycle").unwrap(),
+            "1000ms"
+        );
+        assert!(engine.set_setting("temp_file_limit", "-1").unwrap());
+        assert_eq!(engine.show_setting("temp_file_limit").unwrap(), "-1");
+        assert_eq!(engine.show_setting("stride.workers").unwrap(), "1");
+        // Refused with a typed kind, the value unchanged.
+        let e = engine
+            .set_setting("stride.memory_limit", "lots")
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            EngineError::Setting {
+                kind: SettingKind::InvalidValue,
+                ..
+            }
+        ));
+        assert_eq!(engine.memory().limit(), 3 << 30);
+        let e = engine
+            .set_setting("stride.checkpoint_log_size", "1GB")
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            EngineError::Setting {
+                kind: SettingKind::ReadOnly,
+                ..
+            }
+        ));
+        // Not the engine's: the session's to handle.
+        assert!(!engine.set_setting("statement_timeout", "1s").unwrap());
+        assert_eq!(engine.show_setting("statement_timeout"), None);
+        assert_eq!(engine.all_settings().len(), 7);
+    }
+
+    #[test]
+    fn policies_by_name() {
+        assert!(parse_policy("fifo").is_ok());
+        let e = parse_policy("nope").unwrap_err();
+        assert!(matches!(
+            e,
+            EngineError::Setting {
+                kind: SettingKind::InvalidValue,
+                ..
+            }
+        ));
+    }
+}
