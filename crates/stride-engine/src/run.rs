@@ -224,7 +224,14 @@ mod tests {
         // Its costs are recorded under its key: the next run has estimates.
         let estimates = engine.history().estimates(&key).expect("recorded");
         assert_eq!(estimates.len(), out.stats.task_set_cpu.len());
-        // The query's memory went back to the pool.
+        // The query's memory went back to the pool: the workers drop the
+        // finished task sets (and the result buffer's charge they hold)
+        // just after the group completes, so this may take a moment.
+        drop(out);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while engine.memory().used() != 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(engine.memory().used(), 0);
     }
 }
