@@ -44,6 +44,10 @@ struct Inner<G> {
     slots: usize,
     arrivals: u64,
     closed: bool,
+    /// A task set asked whether a slot is wanted before pausing
+    /// ([`Admission::slot_wanted`]); never reset. Until then no set can be
+    /// paused, and a queued arrival has no paused set to resume.
+    pause_asked: bool,
 }
 
 /// Wait queue and free-slot list, behind one mutex.
@@ -61,8 +65,26 @@ impl<G> Admission<G> {
                 slots,
                 arrivals: 0,
                 closed: false,
+                pause_asked: false,
             }),
         }
+    }
+
+    /// Whether a group waits for a slot, asked by a task set about to pause
+    /// (`crate::pause`). Under the same lock as [`Admission::admit`]: a set
+    /// that asks before an arrival queues is seen by
+    /// [`Admission::pause_asked`] afterwards, and one that asks after it sees
+    /// the waiting group and does not pause.
+    pub fn slot_wanted(&self) -> bool {
+        let mut inner = lock(&self.inner);
+        inner.pause_asked = true;
+        !inner.waiting.is_empty()
+    }
+
+    /// Whether any task set ever asked [`Admission::slot_wanted`], i.e. may
+    /// be paused now. Monotonic: read after an arrival queued.
+    pub fn pause_asked(&self) -> bool {
+        lock(&self.inner).pause_asked
     }
 
     /// A group arrives: it gets a free slot or waits.

@@ -121,6 +121,6 @@ impl Resumer {
     pub fn slot_wanted(&self) -> bool {
         self.shared
             .upgrade()
-            .is_some_and(|shared| shared.admission.waiting() > 0)
+            .is_some_and(|shared| shared.admission.slot_wanted())
     }
 }

@@ -248,7 +248,12 @@ impl Shared {
     /// idle sees the waiting group ([`crate::Resumer::slot_wanted`]) and
     /// runs to its end instead of holding its slot. A slot that is not
     /// paused takes the bit as an ordinary return: one visit, no change.
+    /// Nothing is pushed while no task set ever asked to pause: the bits
+    /// would only end running tasks early at their preemption points.
     pub(crate) fn resume_paused(&self) {
+        if !self.admission.pause_asked() {
+            return;
+        }
         for slot in 0..self.config.slots {
             self.masks.push(MaskKind::Return, slot);
         }
