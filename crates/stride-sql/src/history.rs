@@ -197,8 +197,8 @@ fn mask_token(text: &str, token: &str) -> String {
 /// largest scan.
 pub fn pipeline_weights(plan: &PhysicalPlan) -> Vec<f64> {
     let mut pipelines = Vec::new();
-    let open = walk_pipelines(plan, &mut pipelines);
-    pipelines.push(open);
+    let open = walk_pipelines(plan, false, &mut pipelines);
+    pipelines.extend(open);
     let largest = pipelines.iter().flatten().copied().fold(1.0_f64, f64::max);
     pipelines
         .into_iter()
@@ -207,65 +207,81 @@ pub fn pipeline_weights(plan: &PhysicalPlan) -> Vec<f64> {
 }
 
 /// Walks `plan` as the compiler does: closes (pushes) every pipeline that
-/// ends inside it, and returns the weight of the pipeline left open at its
-/// top (`None`: it reads a breaker's output).
-fn walk_pipelines(plan: &PhysicalPlan, closed: &mut Vec<Option<f64>>) -> Option<f64> {
+/// ends inside it, and returns the weights of the pipelines left open at
+/// its top — one, or one per branch of a UNION ALL whose rows go on
+/// uncollected (`None`: it reads a breaker's output). `prefix`: below a
+/// LIMIT, where the compiler collects a union's branches in input order.
+fn walk_pipelines(
+    plan: &PhysicalPlan,
+    prefix: bool,
+    closed: &mut Vec<Option<f64>>,
+) -> Vec<Option<f64>> {
     match plan {
-        PhysicalPlan::Scan { table, .. } => Some(table.num_rows() as f64),
+        PhysicalPlan::Scan { table, .. } => vec![Some(table.num_rows() as f64)],
         PhysicalPlan::Values { batches, .. } => {
-            Some(batches.iter().map(|b| b.num_rows()).sum::<usize>() as f64)
+            vec![Some(
+                batches.iter().map(|b| b.num_rows()).sum::<usize>() as f64
+            )]
         }
         PhysicalPlan::Filter { input, .. } | PhysicalPlan::Projection { input, .. } => {
-            walk_pipelines(input, closed)
+            walk_pipelines(input, prefix, closed)
         }
-        PhysicalPlan::GroupingSets { input, sets, .. } => {
-            walk_pipelines(input, closed).map(|w| w * sets.len() as f64)
-        }
+        PhysicalPlan::GroupingSets { input, sets, .. } => walk_pipelines(input, prefix, closed)
+            .into_iter()
+            .map(|w| w.map(|w| w * sets.len() as f64))
+            .collect(),
         PhysicalPlan::HashJoin(j) => {
             let (build, probe) = match j.build_side {
                 stride_exec::plan::BuildSide::Left => (&j.left, &j.right),
                 stride_exec::plan::BuildSide::Right => (&j.right, &j.left),
             };
-            let b = walk_pipelines(build, closed);
-            closed.push(b);
+            let b = walk_pipelines(build, false, closed);
+            closed.extend(b);
             // The pipeline that links the build rows into the hash table.
             closed.push(None);
-            let p = walk_pipelines(probe, closed);
+            let p = walk_pipelines(probe, prefix, closed);
             let build_pass =
                 JoinModes::new(j.join_type, j.build_side).is_ok_and(|m| m.build != SideMode::None);
             if build_pass {
                 // The probe pipeline and the build side's pass both end in
                 // a buffer that the next pipeline reads.
-                closed.push(p);
+                closed.extend(p);
                 closed.push(None);
-                None
+                vec![None]
             } else {
                 p
             }
         }
-        PhysicalPlan::Aggregate { input, .. }
-        | PhysicalPlan::Sort { input, .. }
-        | PhysicalPlan::Limit { input, .. } => {
-            let i = walk_pipelines(input, closed);
-            closed.push(i);
-            None
+        PhysicalPlan::Aggregate { input, .. } | PhysicalPlan::Sort { input, .. } => {
+            let i = walk_pipelines(input, false, closed);
+            closed.extend(i);
+            vec![None]
         }
-        PhysicalPlan::Union { inputs, .. } => {
+        PhysicalPlan::Limit { input, .. } => {
+            let i = walk_pipelines(input, true, closed);
+            closed.extend(i);
+            vec![None]
+        }
+        PhysicalPlan::Union { inputs, .. } if prefix || inputs.len() < 2 => {
             for input in inputs {
-                let i = walk_pipelines(input, closed);
-                closed.push(i);
+                let i = walk_pipelines(input, false, closed);
+                closed.extend(i);
             }
-            None
+            vec![None]
         }
+        PhysicalPlan::Union { inputs, .. } => inputs
+            .iter()
+            .flat_map(|input| walk_pipelines(input, prefix, closed))
+            .collect(),
         PhysicalPlan::Window(w) => {
-            let i = walk_pipelines(&w.input, closed);
-            closed.push(i);
+            let i = walk_pipelines(&w.input, prefix, closed);
+            closed.extend(i);
             if !w.partition_by.is_empty() || !w.order_by.is_empty() {
                 // The sort ends the input's pipeline; the window's sink
                 // reads the sorted rows.
                 closed.push(None);
             }
-            None
+            vec![None]
         }
     }
 }
