@@ -208,6 +208,26 @@ pub(crate) struct DecisionCore {
     /// tasks run elsewhere, or its finalization), and its next task set is
     /// expected. Cleared when the worker next learns or forgets the slot.
     handover: Option<usize>,
+    /// Time slices of proportional-share policies ([`Policy::shares_time`];
+    /// [`crate::SchedulerConfig::slice`]): how long the worker keeps running
+    /// the slot it ran last before the policy ranks again. `None`: every
+    /// decision is the policy's.
+    slice: Option<Duration>,
+    /// The slot this worker ran last, its group, and for how long in a row.
+    run: Option<Run>,
+    /// Some slot other than the running one became runnable since the last
+    /// decision (a group entered, a next task set was activated, a paused
+    /// set resumed): the next decision is the policy's, not the slice's, so
+    /// a slice never delays work that was not runnable when it began.
+    fresh: bool,
+}
+
+/// A run of consecutive tasks of one slot's group on this worker.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    slot: usize,
+    group: u64,
+    ran: Duration,
 }
 
 impl DecisionCore {
@@ -236,7 +256,15 @@ impl DecisionCore {
             workers,
             ranks: RankTree::new(slots),
             handover: None,
+            slice: None,
+            run: None,
+            fresh: false,
         }
+    }
+
+    /// Sets the time slice of proportional-share policies (`None`: off).
+    pub(crate) fn set_slice(&mut self, slice: Option<Duration>) {
+        self.slice = slice.filter(|s| !s.is_zero());
     }
 
     /// Restarts the random stream (lottery draws) from `seed`.
@@ -434,6 +462,16 @@ impl DecisionCore {
     /// activated (event 3: a follow-up of the same stage keeps the stage's
     /// accounting); either way the slot is active.
     fn learn(&mut self, k: usize, entry: &EntryView<'_>) {
+        let runs_here = self
+            .run
+            .is_some_and(|r| r.slot == k && r.group == entry.group);
+        let known = self.slots[k].group == entry.group
+            && self.slots[k].seq == entry.seq
+            && self.slots[k].reach != Reach::Paused
+            && self.is_active(k);
+        if !known && !runs_here {
+            self.fresh = true;
+        }
         if self.slots[k].group != entry.group {
             self.deactivate(k);
             let now = self.now_pass();
@@ -500,6 +538,11 @@ impl DecisionCore {
                 return Some(i * 64 + bits.trailing_zeros() as usize);
             }
         }
+        let continues = self.slice_continues();
+        self.fresh = false;
+        if continues.is_some() {
+            return continues;
+        }
         if self.cached {
             let k = self.ranks.best();
             return (k < self.slots.len() && self.is_active(k) && self.ranks.keys[k] != IDLE_KEY)
@@ -530,6 +573,28 @@ impl DecisionCore {
         best.map(|(_, k)| k)
     }
 
+    /// The slot whose run goes on: the policy shares time, the slot the
+    /// worker ran last is still active with the same group and first-tier
+    /// work, it has run less than a slice in a row, and nothing else became
+    /// runnable since the last decision. Its pass keeps advancing with every
+    /// charge, so when the slice ends the groups it ran ahead of catch up:
+    /// each group's share over time is the policy's, served in slices
+    /// rather than task by task. That keeps one query's working set (hash
+    /// tables, partial aggregates) in the worker's caches for a slice
+    /// instead of replacing it with every other group's at each task.
+    fn slice_continues(&self) -> Option<usize> {
+        let slice = self.slice.filter(|_| self.policy.shares_time())?;
+        let run = self.run?;
+        let k = run.slot;
+        let s = &self.slots[k];
+        (!self.fresh
+            && run.ran < slice
+            && self.is_active(k)
+            && s.group == run.group
+            && s.reach == Reach::Local)
+            .then_some(k)
+    }
+
     /// A task of slot `k` found the worker's node dry while other nodes
     /// still hold morsels ([`crate::TaskOutcome::NodeDry`]): the slot drops
     /// to the steal tier (soft affinity) or is parked (hard) until the
@@ -558,6 +623,17 @@ impl DecisionCore {
 
     /// Charges a task of slot `k` that ran for `ran`.
     pub(crate) fn charge(&mut self, k: usize, ran: Duration, t_max: Duration) {
+        let group = self.slots[k].group;
+        match &mut self.run {
+            Some(r) if r.slot == k && r.group == group => r.ran += ran,
+            _ => {
+                self.run = Some(Run {
+                    slot: k,
+                    group,
+                    ran,
+                })
+            }
+        }
         self.slots[k].stride.charge(&self.policy, ran, t_max);
         self.refresh(k);
     }
@@ -641,6 +717,50 @@ mod tests {
             l.visit(2, SlotState::Active(next.view()));
             assert_eq!(l.choose(), None);
         }
+    }
+
+    #[test]
+    fn a_slice_keeps_the_running_group_until_spent_or_other_work_becomes_runnable() {
+        let t = Duration::from_millis(2);
+        let run = |l: &mut DecisionCore, n: usize| -> Vec<usize> {
+            (0..n)
+                .map(|_| {
+                    let k = l.choose().expect("work is runnable");
+                    l.charge(k, t, t);
+                    k
+                })
+                .collect()
+        };
+        for policy in [Policy::Fair, Policy::Stride(Default::default())] {
+            let mut l = DecisionCore::new(8, 1, policy.clone(), 0);
+            l.set_slice(Some(Duration::from_millis(10)));
+            let (a, b) = (
+                Arc::new(ResourceGroup::new(1, Vec::new(), GroupFacts::default())),
+                Arc::new(ResourceGroup::new(2, Vec::new(), GroupFacts::default())),
+            );
+            l.learn(0, &at(&a, 0, 0, 0).view());
+            l.learn(1, &at(&b, 0, 1, 1).view());
+            // Five 2 ms tasks in a row each, then the other's turn.
+            let turns = run(&mut l, 12);
+            assert_eq!(turns, [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0], "{policy:?}");
+            // The running group's own next task set keeps its slice ...
+            l.learn(0, &at(&a, 1, 0, 0).view());
+            assert_eq!(run(&mut l, 1), [0], "{policy:?}");
+            // ... a group entering mid-slice makes the next decision the
+            // policy's: slot 1 is behind, and goes first.
+            l.learn(2, &entry(3, 0, 2).view());
+            let decided = l.choose();
+            assert_eq!(decided, Some(1), "{policy:?}: the slice was not broken");
+            l.set_slice(None);
+            assert_eq!(l.choose(), decided, "{policy:?}: not the policy's choice");
+        }
+        // Policies that do not share time ignore the slice.
+        let mut l = DecisionCore::new(8, 1, Policy::Srpt, 0);
+        l.set_slice(Some(Duration::from_millis(10)));
+        l.learn(0, &entry(1, 0, 0).view());
+        l.learn(1, &entry(2, 0, 1).view());
+        assert!(!Policy::Srpt.shares_time() && Policy::Fair.shares_time());
+        assert_eq!(l.slice_continues(), None);
     }
 
     #[test]

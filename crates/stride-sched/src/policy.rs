@@ -257,6 +257,14 @@ impl Policy {
         }
     }
 
+    /// Whether the policy divides the machine among groups in proportion to
+    /// their priorities (fair, stride, lottery): only such policies switch
+    /// groups task by task when nothing new arrives, and only they are
+    /// served in time slices ([`crate::SchedulerConfig::slice`]).
+    pub fn shares_time(&self) -> bool {
+        matches!(self, Policy::Fair | Policy::Stride(_) | Policy::Lottery)
+    }
+
     /// THRESHOLD's load regime: `true` (rank as SRPT) while
     /// `active_groups > load · workers`, `false` (IF-SRPT) otherwise. Every
     /// other policy's ranks ignore the load: always `false`.

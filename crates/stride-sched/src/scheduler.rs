@@ -86,6 +86,18 @@ pub struct SchedulerConfig {
     /// On 2 cores it lowered short queries' mean slowdown in each of 7
     /// paired runs (docs/experiments.md). Needs `preemption`.
     pub handover_morsel: Option<Duration>,
+    /// Time slices of the proportional-share policies (fair, stride,
+    /// lottery: [`Policy::shares_time`]): a worker keeps running the group
+    /// it ran last for up to this long before the policy ranks again,
+    /// unless another group became runnable meanwhile (an arrival, a next
+    /// task set, a resume), which the policy then ranks at once. Passes are
+    /// charged as always, so each group's share over time is unchanged; the
+    /// groups take turns in slices instead of task by task, and a query's
+    /// working set stays in the worker's caches for a slice (without
+    /// slices, fair and stride scheduling spent up to 2.6× the CPU per
+    /// query of FIFO on hash-heavy TPC-H queries with 8 clients:
+    /// docs/experiments.md). `None`: every decision is the policy's.
+    pub slice: Option<Duration>,
     /// Where the workers take the duration of a task they charge from
     /// ([`crate::clock`]): the wall clock, or a virtual clock that tasks
     /// advance (for tests that hold the worker loop to the simulator).
@@ -108,6 +120,7 @@ impl Default for SchedulerConfig {
             worker_os_priority: WorkerOsPriority::Nice(10),
             worker_os_slice: Some(Duration::from_micros(100)),
             handover_morsel: Some(Duration::from_micros(100)),
+            slice: None,
             clock: Clock::Wall,
         }
     }

@@ -94,12 +94,13 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
         shared.config.worker_os_slice,
     );
     let _ = shared.worker_counters[index].os.set(os);
-    let local = DecisionCore::new(
+    let mut local = DecisionCore::new(
         shared.slots.len(),
         shared.config.workers,
         lock(&shared.policy).clone(),
         index,
     );
+    local.set_slice(shared.config.slice);
     let clock = shared
         .measure
         .as_ref()

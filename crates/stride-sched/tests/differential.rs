@@ -197,7 +197,15 @@ fn workload(seed: u64, jobs: usize) -> Vec<SimJob> {
 }
 
 /// The workload on a real scheduler with one worker and a virtual clock.
-fn run_real(policy: &Policy, preemption: bool, jobs: &[SimJob]) -> (Vec<TaskLine>, Vec<u64>) {
+/// How both sides are configured beyond the policy.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    preemption: bool,
+    /// Time slice of proportional-share policies, in ns.
+    slice: Option<u64>,
+}
+
+fn run_real(policy: &Policy, setup: Setup, jobs: &[SimJob]) -> (Vec<TaskLine>, Vec<u64>) {
     let (clock, handle) = Clock::virtual_pair();
     let scheduler = Arc::new(Scheduler::new(SchedulerConfig {
         workers: 1,
@@ -206,10 +214,11 @@ fn run_real(policy: &Policy, preemption: bool, jobs: &[SimJob]) -> (Vec<TaskLine
         morsels: MorselPolicy::Fixed(1),
         policy: policy.clone(),
         slots: SLOTS,
-        preemption,
+        preemption: setup.preemption,
         worker_os_priority: WorkerOsPriority::Normal,
         worker_os_slice: None,
         handover_morsel: None,
+        slice: setup.slice.map(Duration::from_nanos),
         clock,
         ..SchedulerConfig::default()
     }));
@@ -241,9 +250,10 @@ fn run_real(policy: &Policy, preemption: bool, jobs: &[SimJob]) -> (Vec<TaskLine
 }
 
 /// The same workload in the simulator.
-fn run_sim(policy: &Policy, preemption: bool, jobs: &[SimJob]) -> (Vec<TaskLine>, Vec<u64>) {
+fn run_sim(policy: &Policy, setup: Setup, jobs: &[SimJob]) -> (Vec<TaskLine>, Vec<u64>) {
     let mut cfg = SimConfig::new(policy.clone(), 1, secs(QUANTUM));
-    cfg.preemption = preemption;
+    cfg.preemption = setup.preemption;
+    cfg.slice = setup.slice.map(secs);
     cfg.morsel = Some(secs(MORSEL));
     cfg.slots = Some(SLOTS);
     cfg.record = true;
@@ -294,17 +304,29 @@ fn the_worker_loop_and_the_simulator_make_the_same_decisions() {
     for seed in 1..=6u64 {
         let jobs = workload(seed, 16);
         for policy in policies() {
-            for preemption in [false, true] {
-                let real = run_real(&policy, preemption, &jobs);
-                let sim = run_sim(&policy, preemption, &jobs);
+            let mut by_slice = Vec::new();
+            for (preemption, slice) in [(false, None), (true, None), (true, Some(3 * QUANTUM))] {
+                let setup = Setup { preemption, slice };
+                let real = run_real(&policy, setup, &jobs);
+                let sim = run_sim(&policy, setup, &jobs);
+                if preemption {
+                    by_slice.push(real.0.clone());
+                }
                 assert!(!real.0.is_empty());
                 assert_eq!(
                     real.0, sim.0,
-                    "tasks differ: seed {seed}, {policy:?}, preemption {preemption}"
+                    "tasks differ: seed {seed}, {policy:?}, {setup:?}"
                 );
                 assert_eq!(
                     real.1, sim.1,
-                    "completions differ: seed {seed}, {policy:?}, preemption {preemption}"
+                    "completions differ: seed {seed}, {policy:?}, {setup:?}"
+                );
+            }
+            if matches!(policy, Policy::Fair) {
+                // Not vacuous: slices change the fair policy's turns.
+                assert_ne!(
+                    by_slice[0], by_slice[1],
+                    "seed {seed}: slices changed nothing"
                 );
             }
         }
@@ -325,8 +347,12 @@ fn preemption_points_cut_tasks_short_in_both() {
         .with_exact_estimates(),
     ];
     for preemption in [false, true] {
-        let (real, _) = run_real(&Policy::Srpt, preemption, &jobs);
-        let (sim, _) = run_sim(&Policy::Srpt, preemption, &jobs);
+        let setup = Setup {
+            preemption,
+            slice: None,
+        };
+        let (real, _) = run_real(&Policy::Srpt, setup, &jobs);
+        let (sim, _) = run_sim(&Policy::Srpt, setup, &jobs);
         assert_eq!(real, sim);
         let first = real[0];
         let expected = if preemption { 2 * MORSEL } else { QUANTUM };

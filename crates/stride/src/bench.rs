@@ -559,6 +559,9 @@ fn spin_cmd(args: &SpinArgs, global: &GlobalArgs) -> Result<()> {
     if let Some(machine) = &run.machine {
         println!("{}", machine.line());
     }
+    if !run.work.line().is_empty() {
+        println!("{}", run.work.line());
+    }
     let measured = (tp.stable_to_s - tp.stable_from_s) as f64;
     stats::summarize_run(&stats::points(&run.json), measured)
         .print(&mut std::io::stdout(), false)?;

@@ -117,6 +117,11 @@ struct GlobalArgs {
     /// first is between two task sets (default 100; 0: off).
     #[arg(long, global = true, value_name = "US")]
     handover_morsel_us: Option<u64>,
+    /// Time slices of the fair, stride and lottery policies, in ms: a
+    /// worker keeps running the query it ran last for up to this long unless
+    /// other work became runnable (0: off, every task is the policy's).
+    #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=1000))]
+    slice_ms: Option<u64>,
     /// Self-tuning of the decaying priorities (seed 001 §4), active while the
     /// policy is stride: `TRACK,REFRESH` in seconds (`20 60` works too), or
     /// `off`. Default: on with the seed's 20,60. Runs are listed in the
@@ -383,6 +388,9 @@ fn start_traced(
     }
     if let Some(us) = global.handover_morsel_us {
         scheduler.handover_morsel = (us > 0).then(|| std::time::Duration::from_micros(us));
+    }
+    if let Some(ms) = global.slice_ms {
+        scheduler.slice = (ms > 0).then(|| std::time::Duration::from_millis(ms));
     }
     if let Some(n) = global.morsels_per_task {
         if n == 0 {

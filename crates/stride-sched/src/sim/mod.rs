@@ -211,6 +211,9 @@ pub struct SimConfig {
     /// scheduler, only with `preemption` (short morsels serve nothing
     /// without preemption points).
     pub handover_morsel: Option<f64>,
+    /// Time slices of proportional-share policies, in seconds (as the
+    /// scheduler's [`crate::SchedulerConfig::slice`]). `None`: off.
+    pub slice: Option<f64>,
     /// Slots: groups beyond this many wait for admission. `None`: one slot
     /// per job.
     pub slots: Option<usize>,
@@ -233,6 +236,7 @@ impl SimConfig {
             preemption: false,
             morsel: None,
             handover_morsel: None,
+            slice: None,
             slots: None,
             record: false,
             machine: None,
@@ -502,6 +506,7 @@ impl<'a> Engine<'a> {
                 .map(|w| {
                     let mut core = DecisionCore::new(slots, workers, cfg.policy.clone(), w);
                     core.reseed(cfg.seed ^ w as u64);
+                    core.set_slice(cfg.slice.map(|s| Duration::from_nanos(nanos(s))));
                     SimWorker { core, task: None }
                 })
                 .collect(),

@@ -426,6 +426,7 @@ mod tests {
             sharing_cycle_ms: None,
             sharing_max_batch: None,
             handover_morsel_us: None,
+            slice_ms: None,
             self_tuning: None,
             fixed_params: false,
             estimates: None,

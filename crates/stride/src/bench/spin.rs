@@ -88,6 +88,8 @@ pub struct SpinRun {
     pub samples: Vec<Sample>,
     pub json: Value,
     pub throughput: Throughput,
+    /// The window's completions in units of work.
+    pub work: WorkRate,
     /// How the workers were used in the stable window (`None` for a server
     /// that is not Stride).
     pub machine: Option<MachineUse>,
@@ -203,8 +205,8 @@ pub fn run(
                                 .unwrap_or_default(),
                             estimated_cpu_ms: result.as_ref().ok().and_then(|r| r.estimated_cpu_ms),
                             task_cpu_ms: result.as_ref().ok().and_then(|r| r.task_cpu_ms),
+                            server_tag: result.as_ref().ok().and_then(|r| r.tag),
                             error: result.err().map(|e| format!("{e:#}")),
-                            server_tag: None,
                         });
                     }
                     morsel_log
@@ -239,6 +241,12 @@ pub fn run(
     let tp = throughput(&ends, cfg.duration_s, cfg.warmup_s, cfg.window_s);
     let in_window = |end: f64| end >= tp.stable_from_s as f64 && end < tp.stable_to_s as f64;
     let server = target.server_stats()?;
+    for s in &mut samples {
+        if let Some(stats) = s.server_tag.and_then(|t| server.get(&t)) {
+            s.task_cpu_ms = Some(stats.cpu_ms);
+        }
+    }
+    let work = WorkRate::of(&samples, tp.stable_from_s as f64, tp.stable_to_s as f64);
     let morsels = morsel_log
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -274,6 +282,7 @@ pub fn run(
             "per_second": tp.per_second, "moving_average": tp.moving_average,
         },
         "machine": machine.as_ref().map(MachineUse::to_json),
+        "work": work.to_json(),
         "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
     });
     mix.params.annotate(&mut json);
@@ -284,13 +293,135 @@ pub fn run(
         samples,
         json,
         throughput: tp,
+        work,
         machine,
     })
 }
 
+/// The work a run completed in its stable window, independent of which
+/// queries it completed: completions per second depend on the mix a policy
+/// happens to finish in a finite window (a policy that leaves long queries
+/// half done at the window's end counts fewer completions for the same
+/// work), so throughput is also stated in units of work.
+#[derive(Debug, Clone, Default)]
+pub struct WorkRate {
+    /// Completions in the window with an isolated median.
+    pub completions: usize,
+    /// Sum of the window's completions' isolated medians, per second of
+    /// window: 1.0 means the machine finished, each second, queries that
+    /// take one second alone on it.
+    pub isolated_s_per_s: Option<f64>,
+    /// Task CPU time the window's completions used per millisecond of their
+    /// isolated medians: the cost of a unit of work under this policy
+    /// (compare policies; it is `workers × efficiency` for a query that
+    /// keeps all workers busy alone). Over the completions whose CPU time
+    /// is known (a Stride server keeps its last 1000 queries).
+    pub cpu_per_isolated: Option<f64>,
+    /// How many completions `cpu_per_isolated` is over.
+    pub cpu_completions: usize,
+}
+
+impl WorkRate {
+    pub fn of(samples: &[Sample], from_s: f64, to_s: f64) -> WorkRate {
+        let window = to_s - from_s;
+        let done: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| s.error.is_none() && s.end >= from_s && s.end < to_s)
+            .filter(|s| s.isolated_ms.is_some())
+            .collect();
+        if done.is_empty() || window <= 0.0 {
+            return WorkRate::default();
+        }
+        let isolated_ms: f64 = done.iter().filter_map(|s| s.isolated_ms).sum();
+        let (cpu, cpu_isolated, cpu_completions) = done
+            .iter()
+            .filter_map(|s| Some((s.task_cpu_ms?, s.isolated_ms?)))
+            .fold((0.0, 0.0, 0), |(c, i, n), (cpu, iso)| {
+                (c + cpu, i + iso, n + 1)
+            });
+        WorkRate {
+            completions: done.len(),
+            isolated_s_per_s: Some(isolated_ms / 1e3 / window),
+            cpu_per_isolated: (cpu_completions > 0).then(|| cpu / cpu_isolated),
+            cpu_completions,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "completions": self.completions,
+            "isolated_s_per_s": self.isolated_s_per_s,
+            "cpu_per_isolated": self.cpu_per_isolated,
+            "cpu_completions": self.cpu_completions,
+        })
+    }
+
+    /// One line for a report; empty when no isolated medians are known.
+    pub fn line(&self) -> String {
+        let Some(rate) = self.isolated_s_per_s else {
+            return String::new();
+        };
+        let cpu = self.cpu_per_isolated.map_or_else(String::new, |c| {
+            format!(
+                ", {c:.2} ms task CPU per isolated ms ({} of {} completions)",
+                self.cpu_completions, self.completions
+            )
+        });
+        format!("work: {rate:.3} isolated-seconds completed per second{cpu}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::throughput;
+    use super::{throughput, WorkRate};
+    use crate::bench::stats::Sample;
+
+    fn done(end: f64, isolated_ms: f64, cpu_ms: Option<f64>) -> Sample {
+        Sample {
+            query: "q".into(),
+            class: "short".into(),
+            arrival: 0.0,
+            start: 0.0,
+            end,
+            latency_ms: end * 1e3,
+            isolated_ms: Some(isolated_ms),
+            warmup: false,
+            error: None,
+            phases: None,
+            isolated_phases: None,
+            groups: Vec::new(),
+            server_tag: None,
+            estimated_cpu_ms: None,
+            task_cpu_ms: cpu_ms,
+        }
+    }
+
+    #[test]
+    fn work_rate_counts_isolated_time_inside_the_window() {
+        let mut failed = done(1.5, 1000.0, Some(1.0));
+        failed.error = Some("boom".into());
+        let samples = vec![
+            done(0.5, 1000.0, Some(1.0)), // before the window
+            done(1.2, 300.0, Some(600.0)),
+            done(2.9, 100.0, Some(150.0)),
+            failed,
+            done(3.0, 1000.0, Some(1.0)), // at its end: outside
+        ];
+        let w = WorkRate::of(&samples, 1.0, 3.0);
+        assert_eq!(w.completions, 2);
+        assert!((w.isolated_s_per_s.unwrap() - 0.2).abs() < 1e-12);
+        assert!((w.cpu_per_isolated.unwrap() - 750.0 / 400.0).abs() < 1e-12);
+        assert!(w.line().contains("0.200 isolated-seconds"));
+
+        // A completion without its CPU time: the ratio is over the others.
+        let partial = vec![done(1.2, 300.0, Some(600.0)), done(1.3, 100.0, None)];
+        let w = WorkRate::of(&partial, 1.0, 3.0);
+        assert_eq!((w.cpu_per_isolated, w.cpu_completions), (Some(2.0), 1));
+        assert!(w.line().contains("(1 of 2 completions)"), "{}", w.line());
+        let none = vec![done(1.3, 100.0, None)];
+        assert_eq!(WorkRate::of(&none, 1.0, 3.0).cpu_per_isolated, None);
+        assert!(WorkRate::of(&[], 1.0, 3.0).line().is_empty());
+    }
 
     #[test]
     fn counts_per_second_and_stable_mean() {

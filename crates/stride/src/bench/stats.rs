@@ -35,15 +35,15 @@ pub struct Sample {
     /// The resource groups that ran it (in-process only): what names its
     /// tasks in a trace.
     pub groups: Vec<u64>,
-    /// The CPU time of its tasks that the scheduler was told to expect
-    /// (SRPT's remaining-work estimate at submission; in-process only;
-    /// `None` when the engine gave no estimate).
     /// The request's tag on a Stride server, by which its CPU time and
     /// estimate are read back after a wire run (not serialized).
     pub server_tag: Option<u64>,
+    /// The CPU time of its tasks that the scheduler was told to expect
+    /// (SRPT's remaining-work estimate at submission; `None` when the
+    /// engine gave no estimate).
     pub estimated_cpu_ms: Option<f64>,
-    /// The CPU time its tasks took, what the estimate predicts
-    /// (in-process only).
+    /// The CPU time its tasks took, what the estimate predicts (in-process
+    /// directly; over the wire from a Stride server's `stride.queries`).
     pub task_cpu_ms: Option<f64>,
 }
 

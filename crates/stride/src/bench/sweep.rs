@@ -153,10 +153,11 @@ pub fn run(args: &SweepArgs, global: &GlobalArgs) -> Result<()> {
             };
             let run = spin::run(&target, &mix, Some(&iso), &cfg, policy)?;
             println!(
-                "{policy:<8} spin C={}: {:.2} ± {:.2} completions/s",
+                "{policy:<8} spin C={}: {:.2} ± {:.2} completions/s; {}",
                 args.clients,
                 run.throughput.mean_qps,
-                2.0 * run.throughput.sem_qps
+                2.0 * run.throughput.sem_qps,
+                run.work.line()
             );
             runs.push(run.json);
         }
