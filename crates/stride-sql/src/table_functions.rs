@@ -180,7 +180,9 @@ impl TableSource for SetFunctionSource {
 /// whose rows the function gives for its arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SetFunctionCall {
+    /// The function called.
     pub function: SetFunction,
+    /// Its arguments, which may read the outer query's columns.
     pub args: Vec<Expr>,
     /// One column, named after the function.
     pub schema: DFSchemaRef,

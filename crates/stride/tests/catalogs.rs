@@ -115,7 +115,8 @@ fn cells(out: &str) -> Vec<&str> {
 /// Checks that psql's `\d pattern` titles the table `title` and lists
 /// `columns` (name|type|collation|nullable|default).
 fn describes(pattern: &str, title: &str, columns: &[&str]) {
-    let d = psql(&[&format!("\\d {pattern}")]);
+    let command = format!("\\d {pattern}");
+    let d = psql(&[command.as_str()]);
     assert!(d.contains(&format!("Table \"{title}\"")), "{d}");
     let mut expected = vec!["Column|Type|Collation|Nullable|Default"];
     expected.extend_from_slice(columns);
