@@ -303,6 +303,15 @@ impl ContextProvider for PlannerContext<'_> {
         }))
     }
 
+    fn get_table_function_source(
+        &self,
+        name: &str,
+        args: Vec<datafusion_expr::Expr>,
+    ) -> datafusion_common::Result<Arc<dyn TableSource>> {
+        crate::table_functions::table_function(name, args)
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+
     fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
         &self.functions.planners
     }

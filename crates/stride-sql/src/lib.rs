@@ -38,7 +38,9 @@
 //!   the live catalog; [`pg_functions`] — PostgreSQL's catalog and session
 //!   functions; [`pg_compat`] — PostgreSQL syntax clients send (`OPERATOR(
 //!   pg_catalog.~)`, `::regclass`, `COLLATE "default"`, `= ANY(ARRAY[..])`)
-//!   rewritten to what the planner binds.
+//!   rewritten to what the planner binds;
+//! * [`table_functions`] — `generate_series` and `unnest` in `FROM`, also
+//!   with arguments that read a correlated subquery's outer columns.
 
 pub mod coerce;
 pub mod context;
@@ -59,6 +61,7 @@ pub mod pg_functions;
 pub mod roles;
 pub mod scram;
 pub mod settings;
+pub mod table_functions;
 pub mod window;
 pub mod window_functions;
 

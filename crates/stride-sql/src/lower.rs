@@ -27,6 +27,7 @@ use stride_exec::plan::{AggregateSpec, BuildSide, ExprRef, HashJoinPlan, SortKey
 use stride_exec::PhysicalPlan;
 
 mod grouping_sets;
+mod table_functions;
 
 use crate::context::StrideTableSource;
 use crate::error::{Result, SqlError};
@@ -169,6 +170,14 @@ impl Lowerer {
             LogicalPlan::Subquery(_) => Err(unsupported("correlated subquery")),
             LogicalPlan::Window(w) => self.window(w),
             LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
+            LogicalPlan::Extension(e) => match e
+                .node
+                .as_any()
+                .downcast_ref::<crate::table_functions::SetFunctionCall>(
+            ) {
+                Some(call) => self.set_function(call),
+                None => Err(unsupported(format!("plan node {}", e.node.name()))),
+            },
             LogicalPlan::RecursiveQuery(_) => Err(unsupported("recursive CTE")),
             LogicalPlan::Repartition(_) => Err(unsupported("repartition")),
             other => Err(unsupported(format!(
@@ -352,23 +361,27 @@ impl Lowerer {
         })
     }
 
-    fn values(&self, v: &Values) -> Result<PhysicalPlan> {
-        let schema = arrow_schema(&v.schema);
-        let empty = DFSchema::empty();
+    /// The value of an expression that reads no column.
+    pub(crate) fn constant(&self, e: &Expr) -> Result<ScalarValue> {
         let one_row = RecordBatch::try_new_with_options(
             Arc::new(Schema::empty()),
             vec![],
             &RecordBatchOptions::new().with_row_count(Some(1)),
         )?;
+        Ok(
+            match self.expr(e, &DFSchema::empty())?.evaluate(&one_row)? {
+                datafusion_expr::ColumnarValue::Scalar(s) => s,
+                datafusion_expr::ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0)?,
+            },
+        )
+    }
+
+    fn values(&self, v: &Values) -> Result<PhysicalPlan> {
+        let schema = arrow_schema(&v.schema);
         let mut columns: Vec<Vec<ScalarValue>> = vec![Vec::new(); schema.fields().len()];
         for row in &v.values {
             for (c, e) in row.iter().enumerate() {
-                let value = self.expr(e, &empty)?.evaluate(&one_row)?;
-                let scalar = match value {
-                    datafusion_expr::ColumnarValue::Scalar(s) => s,
-                    datafusion_expr::ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0)?,
-                };
-                columns[c].push(scalar);
+                columns[c].push(self.constant(e)?);
             }
         }
         let arrays = columns

@@ -1110,7 +1110,9 @@ impl CatalogState<'_> {
                 false.into(),
                 false.into(),
                 true.into(),
-                "n".into(),
+                // Tables have the default replica identity (their primary
+                // key: none), views none, as in PostgreSQL.
+                if kind == "r" { "d" } else { "n" }.into(),
                 false.into(),
                 0i64.into(),
                 0i64.into(),

@@ -12,6 +12,7 @@
 //! | `x = ANY(ARRAY[a, b])`, `x <> ALL(ARRAY[..])` | `x IN (a, b)`, `x NOT IN (..)` |
 //! | `a[i]` on an array                  | `array_element(a, i)`                |
 //! | `pg_catalog.f(...)`                 | `f(...)`                             |
+//! | `FROM pg_catalog.generate_series(..) s` | `FROM generate_series(..) AS s (s)` (the column named after the alias) |
 //!
 //! Other collations and operators are left alone, so the planner refuses
 //! them as before.
@@ -27,9 +28,18 @@ use datafusion_sql::sqlparser::ast::{
 };
 
 /// Rewrites `stmt` in place; `is_aggregate` tells aggregate functions.
-pub fn rewrite(stmt: &mut DFStatement, is_aggregate: &dyn Fn(&str) -> bool) {
+///
+/// Fails (0A000) for what the planner would otherwise take and ignore:
+/// `WITH ORDINALITY` on a set-returning function.
+pub fn rewrite(
+    stmt: &mut DFStatement,
+    is_aggregate: &dyn Fn(&str) -> bool,
+) -> crate::error::Result<()> {
     if let DFStatement::Statement(s) = stmt {
         use datafusion_sql::sqlparser::ast::VisitMut;
+        if let ControlFlow::Break(e) = s.as_mut().visit(&mut TableFunctions) {
+            return Err(e);
+        }
         let _ = s.as_mut().visit(&mut DistinctNames);
         let _ = datafusion_sql::sqlparser::ast::visit_expressions_mut(s.as_mut(), |e| {
             rewrite_expr(e);
@@ -54,6 +64,7 @@ pub fn rewrite(stmt: &mut DFStatement, is_aggregate: &dyn Fn(&str) -> bool) {
             ControlFlow::<()>::Continue(())
         });
     }
+    Ok(())
 }
 
 /// A correlated scalar subquery that aggregates nothing (`(SELECT
@@ -201,6 +212,96 @@ fn single_value(
         _ => {}
     }
     and_all(outer_only)
+}
+
+/// Set-returning functions in `FROM` (`pg_catalog.generate_series(0, n)
+/// s`, `unnest(a) x`): `unnest` of one array made a table function, the
+/// schema qualifier dropped (the planner takes a
+/// table function's name from its first part), and, as PostgreSQL names
+/// the one column of a function that returns a scalar after the call's
+/// alias, that alias given as the column's name too (`s` is then the
+/// value: `prattrs[s]`).
+struct TableFunctions;
+
+impl datafusion_sql::sqlparser::ast::VisitorMut for TableFunctions {
+    type Break = crate::error::SqlError;
+
+    fn pre_visit_table_factor(
+        &mut self,
+        factor: &mut datafusion_sql::sqlparser::ast::TableFactor,
+    ) -> ControlFlow<crate::error::SqlError> {
+        use datafusion_sql::sqlparser::ast::{TableAliasColumnDef, TableFactor, TableFunctionArgs};
+        // `unnest(a)` of one array: the table function (the parser makes
+        // it a factor of its own, which the planner binds only for lists).
+        if let TableFactor::UNNEST {
+            alias,
+            array_exprs,
+            with_offset: false,
+            with_offset_alias: None,
+            with_ordinality: false,
+        } = factor
+        {
+            if let [array] = array_exprs.as_slice() {
+                *factor = TableFactor::Table {
+                    name: ObjectName::from(vec![Ident::new("unnest")]),
+                    alias: alias.take(),
+                    args: Some(TableFunctionArgs {
+                        args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(array.clone()))],
+                        settings: None,
+                    }),
+                    with_hints: vec![],
+                    version: None,
+                    with_ordinality: false,
+                    partitions: vec![],
+                    json_path: None,
+                    sample: None,
+                    index_hints: vec![],
+                };
+            }
+        }
+        let (name, alias, ordinality) = match factor {
+            TableFactor::Table {
+                name,
+                alias,
+                args: Some(_),
+                with_ordinality,
+                ..
+            } => (name, alias, *with_ordinality),
+            TableFactor::Function { name, alias, .. } => (name, alias, false),
+            TableFactor::UNNEST {
+                with_ordinality: true,
+                ..
+            } => {
+                return ControlFlow::Break(crate::error::SqlError::Unsupported(
+                    "WITH ORDINALITY".into(),
+                ))
+            }
+            _ => return ControlFlow::Continue(()),
+        };
+        if ordinality {
+            return ControlFlow::Break(crate::error::SqlError::Unsupported(
+                "WITH ORDINALITY".into(),
+            ));
+        }
+        let parts = name_parts(name);
+        let Some(function) = unqualified(&parts).map(str::to_string) else {
+            return ControlFlow::Continue(());
+        };
+        if parts.len() == 2 {
+            *name = ObjectName::from(vec![Ident::new(function.clone())]);
+        }
+        if crate::table_functions::SetFunction::by_name(&function).is_some() {
+            if let Some(alias) = alias {
+                if alias.columns.is_empty() {
+                    alias.columns = vec![TableAliasColumnDef {
+                        name: alias.name.clone(),
+                        data_type: None,
+                    }];
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 /// PostgreSQL lets a query's output columns share a name (`SELECT NULL,
@@ -641,7 +742,7 @@ mod tests {
     fn rewritten(sql: &str) -> String {
         let mut stmts = crate::limits::parse(sql).unwrap();
         let mut s = stmts.pop_front().unwrap();
-        rewrite(&mut s, &|n| n == "max" || n == "array_agg");
+        rewrite(&mut s, &|n| n == "max" || n == "array_agg").unwrap();
         s.to_string()
     }
 
@@ -687,6 +788,14 @@ mod tests {
         assert_eq!(
             rewritten("SELECT a, NULL, NULL FROM t"),
             "SELECT a, NULL, NULL AS \"?column?\" FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT s FROM pg_catalog.generate_series(0, 2) s, generate_series(1, 2) AS t(n), generate_series(1, 3)"),
+            "SELECT s FROM generate_series(0, 2) s (s), generate_series(1, 2) AS t (n), generate_series(1, 3)"
+        );
+        assert_eq!(
+            rewritten("SELECT x FROM unnest(t.a) x, pg_catalog.unnest(t.b) AS y"),
+            "SELECT x FROM unnest(t.a) x (x), unnest(t.b) AS y (y)"
         );
         // Other collations stay, and the planner refuses them.
         assert!(rewritten("SELECT a COLLATE \"de_DE\" FROM t").contains("COLLATE"));

@@ -146,7 +146,9 @@ fn reg(args: &[DataType]) -> DfResult<DataType> {
 fn element(args: &[DataType]) -> DfResult<DataType> {
     match args.first() {
         Some(DataType::List(f) | DataType::LargeList(f)) => Ok(f.data_type().clone()),
-        Some(DataType::Null | DataType::Utf8) | None => Ok(DataType::Utf8),
+        Some(DataType::Null | DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) | None => {
+            Ok(DataType::Utf8)
+        }
         Some(other) => Err(DataFusionError::Plan(format!(
             "cannot subscript type {other} because it is not an array"
         ))),
@@ -870,7 +872,9 @@ fn list_values(v: &ScalarValue) -> DfResult<Option<Vec<ScalarValue>>> {
                 .collect::<DfResult<Vec<_>>>()
                 .map(Some)
         }
-        ScalarValue::Utf8(Some(text)) => match cat::parse_array(text) {
+        ScalarValue::Utf8(Some(text))
+        | ScalarValue::Utf8View(Some(text))
+        | ScalarValue::LargeUtf8(Some(text)) => match cat::parse_array(text) {
             Some(items) => Ok(Some(items.into_iter().map(ScalarValue::Utf8).collect())),
             None => Err(DataFusionError::Plan(format!(
                 "malformed array literal: \"{text}\""

@@ -27,8 +27,9 @@ fn server() -> SocketAddr {
 
 use common::client::run_program as output;
 
-/// Runs psql commands (`-c` each, unaligned output, stop at the first error).
-fn psql(commands: &[&str]) -> String {
+/// A psql command line for `commands` (`-c` each, unaligned output, stop
+/// at the first error).
+fn psql_command(commands: &[&str]) -> Command {
     let addr = server();
     let mut cmd = Command::new("psql");
     cmd.args(["-X", "--no-psqlrc", "-A", "-v", "ON_ERROR_STOP=1"])
@@ -37,7 +38,18 @@ fn psql(commands: &[&str]) -> String {
     for c in commands {
         cmd.args(["-c", c]);
     }
-    output(cmd, "psql")
+    cmd
+}
+
+/// Runs psql commands; their output, which must be a success.
+fn psql(commands: &[&str]) -> String {
+    output(psql_command(commands), "psql")
+}
+
+/// What psql wrote to stderr for `command`.
+fn psql_stderr(command: &str) -> String {
+    let out = psql_command(&[command]).output().expect("psql runs");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn program(name: &str) -> String {
@@ -92,6 +104,89 @@ fn psql_meta_commands_list_the_live_catalog() {
         "dropped tables leave the catalog: {dt}"
     );
     psql(&["drop table public.psql_plants"]);
+}
+
+/// The lines of a psql output that hold `|`-separated cells (the table's
+/// rows and header, not its title or footers).
+fn cells(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.contains('|')).collect()
+}
+
+/// Checks that psql's `\d pattern` titles the table `title` and lists
+/// `columns` (name|type|collation|nullable|default).
+fn describes(pattern: &str, title: &str, columns: &[&str]) {
+    let command = format!("\\d {pattern}");
+    let d = psql(&[command.as_str()]);
+    assert!(d.contains(&format!("Table \"{title}\"")), "{d}");
+    let mut expected = vec!["Column|Type|Collation|Nullable|Default"];
+    expected.extend_from_slice(columns);
+    assert_eq!(cells(&d), expected, "{d}");
+}
+
+#[test]
+fn psql_describes_tables_columns_and_types() {
+    psql(&[
+        "create schema psql_desc",
+        "create table psql_desc.birds (id bigint not null, name varchar, weight double precision, seen date)",
+        "create table public.psql_trees (id int not null, height numeric(6, 2), planted timestamp, tall boolean not null)",
+    ]);
+    describes(
+        "psql_trees",
+        "public.psql_trees",
+        &[
+            "id|integer||not null|",
+            "height|numeric(6,2)|||",
+            "planted|timestamp without time zone|||",
+            "tall|boolean||not null|",
+        ],
+    );
+    describes(
+        "psql_desc.birds",
+        "psql_desc.birds",
+        &[
+            "id|bigint||not null|",
+            "name|text|||",
+            "weight|double precision|||",
+            "seen|date|||",
+        ],
+    );
+    // \d+ adds storage, compression, statistics target and description.
+    let d = psql(&["\\d+ psql_desc.birds"]);
+    let rows = cells(&d);
+    assert_eq!(
+        rows[0],
+        "Column|Type|Collation|Nullable|Default|Storage|Compression|Stats target|Description",
+        "{d}"
+    );
+    assert!(rows[1].starts_with("id|bigint||not null||plain|"), "{d}");
+    assert!(rows[2].starts_with("name|text||||extended|"), "{d}");
+    assert!(
+        !d.contains("Replica Identity"),
+        "a table has the default replica identity: {d}"
+    );
+    // A table psql cannot find is an error, as in PostgreSQL.
+    let missing = psql_stderr("\\d psql_no_such_table");
+    assert!(
+        missing.contains("Did not find any relation named \"psql_no_such_table\""),
+        "{missing}"
+    );
+    // \d without a pattern lists the visible relations; \dv, \di and \ds
+    // find no views, indexes or sequences (Stride has none of its own).
+    let d = psql(&["\\d"]);
+    assert!(d.contains("public|psql_trees|table|stride"), "{d}");
+    assert!(!d.contains("birds"), "{d}");
+    for command in ["\\dv", "\\di", "\\ds"] {
+        let err = psql_stderr(command);
+        assert!(
+            err.contains("Did not find any relations"),
+            "{command}: {err}"
+        );
+    }
+    psql(&[
+        "drop table psql_desc.birds",
+        "drop schema psql_desc",
+        "drop table public.psql_trees",
+    ]);
 }
 
 #[test]

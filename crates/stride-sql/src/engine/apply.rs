@@ -58,7 +58,22 @@ impl Session {
                     .map(|i| ScalarValue::try_from_array(batch.column(i), row))
                     .collect::<datafusion_common::Result<Vec<_>>>()?;
                 let bound = bind_outer(&sq.subquery, &columns, &values)?;
+                // Optimized once more, the subquery may type its value
+                // wider than the outer plan does (`sum(int4)`, typed
+                // `int8` there, in `numeric` the second time): the value
+                // as the outer plan's type, refused where it does not fit.
                 let value = self.scalar_value(&bound)?;
+                let value = if value.data_type() == result_type {
+                    value
+                } else {
+                    value.cast_to_with_options(
+                        &result_type,
+                        &arrow::compute::CastOptions {
+                            safe: false,
+                            format_options: Default::default(),
+                        },
+                    )?
+                };
                 let matches = columns
                     .iter()
                     .zip(&values)

@@ -549,7 +549,7 @@ impl Session {
     }
 
     fn to_logical(&self, mut stmt: DFStatement) -> Result<LogicalPlan> {
-        crate::pg_compat::rewrite(&mut stmt, &|name| self.engine.functions.is_aggregate(name));
+        crate::pg_compat::rewrite(&mut stmt, &|name| self.engine.functions.is_aggregate(name))?;
         let engine = &self.engine;
         let system = |name: &str| self.view(name);
         let session_user = self.current_user();
