@@ -65,6 +65,23 @@ pub struct ServerStats {
     pub tuples: u64,
 }
 
+/// Over the wire to a Stride server, gives each sample the CPU time its
+/// tasks took and SRPT's estimate for it, from what
+/// [`Target::server_stats`] read (`stride.queries` keeps the last 1000
+/// queries: earlier requests stay without). In process the samples carry
+/// them already; other servers record none.
+pub fn attach_server_stats(
+    samples: &mut [super::stats::Sample],
+    server: &HashMap<u64, ServerStats>,
+) {
+    for s in samples {
+        if let Some(stats) = s.server_tag.and_then(|t| server.get(&t)) {
+            s.task_cpu_ms = Some(stats.cpu_ms);
+            s.estimated_cpu_ms = stats.estimated_cpu_ms;
+        }
+    }
+}
+
 /// The comment that tags a request: `/* stride-bench <n> */`.
 const TAG_PREFIX: &str = "/* stride-bench ";
 

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use super::driver::Target;
+use super::driver::{attach_server_stats, Target};
 use super::mix::{Isolated, Mix, ARRIVALS};
 use super::phases::Breakdown;
 use super::progress::Progress;
@@ -264,18 +264,10 @@ pub fn run(
         s.warmup = s.arrival < cfg.warmup_s;
     }
     samples.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
-    // Over the wire to a Stride server, each request's CPU time and SRPT's
-    // estimate for it come from the server's `stride.queries` (which keeps
-    // the last 1000 queries: earlier requests stay without).
     let server = target
         .server_stats()
         .context("reading the server's stride.queries")?;
-    for s in &mut samples {
-        if let Some(stats) = s.server_tag.and_then(|t| server.get(&t)) {
-            s.task_cpu_ms = Some(stats.cpu_ms);
-            s.estimated_cpu_ms = stats.estimated_cpu_ms;
-        }
-    }
+    attach_server_stats(&mut samples, &server);
     let failed: Vec<&Sample> = samples.iter().filter(|s| s.error.is_some()).collect();
     if let Some(first) = failed.first() {
         eprintln!(

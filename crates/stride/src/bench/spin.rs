@@ -14,7 +14,7 @@ use anyhow::{bail, Result};
 use rand::SeedableRng;
 use serde_json::{json, Value};
 
-use super::driver::Target;
+use super::driver::{attach_server_stats, Target};
 use super::machine::{MachineProbe, MachineUse};
 use super::mix::{Isolated, Mix, SPIN};
 use super::progress::Progress;
@@ -241,11 +241,7 @@ pub fn run(
     let tp = throughput(&ends, cfg.duration_s, cfg.warmup_s, cfg.window_s);
     let in_window = |end: f64| end >= tp.stable_from_s as f64 && end < tp.stable_to_s as f64;
     let server = target.server_stats()?;
-    for s in &mut samples {
-        if let Some(stats) = s.server_tag.and_then(|t| server.get(&t)) {
-            s.task_cpu_ms = Some(stats.cpu_ms);
-        }
-    }
+    attach_server_stats(&mut samples, &server);
     let work = WorkRate::of(&samples, tp.stable_from_s as f64, tp.stable_to_s as f64);
     let morsels = morsel_log
         .lock()
