@@ -85,7 +85,7 @@ pub use pause::Resumer;
 pub use policy::{
     CustomPolicy, DecayParams, GroupFacts, Policy, RankRule, TaskSetEstimate, ThresholdParams,
 };
-pub use scheduler::{Scheduler, SchedulerConfig, WorkerOsPriority};
+pub use scheduler::{Scheduler, SchedulerConfig, WorkerOsPriority, DEFAULT_SLICE};
 pub use sim::{SimConfig, SimJob, SimResult, SimTaskSet};
 pub use task::{
     FinalizeContext, FollowUps, QueryError, TaskContext, TaskError, TaskOutcome, TaskSetWork,

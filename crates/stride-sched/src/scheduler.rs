@@ -96,13 +96,21 @@ pub struct SchedulerConfig {
     /// working set stays in the worker's caches for a slice (without
     /// slices, fair and stride scheduling spent up to 2.6× the CPU per
     /// query of FIFO on hash-heavy TPC-H queries with 8 clients:
-    /// docs/experiments.md). `None`: every decision is the policy's.
+    /// docs/experiments.md). Default [`DEFAULT_SLICE`]; `None`: every
+    /// decision is the policy's.
     pub slice: Option<Duration>,
     /// Where the workers take the duration of a task they charge from
     /// ([`crate::clock`]): the wall clock, or a virtual clock that tasks
     /// advance (for tests that hold the worker loop to the simulator).
     pub clock: Clock,
 }
+
+/// The default time slice of the proportional-share policies
+/// ([`SchedulerConfig::slice`]): long enough that fair and stride
+/// scheduling do as much work per second as FIFO, measured against shorter
+/// slices and none under closed and open loops (docs/experiments.md, "Time
+/// slices").
+pub const DEFAULT_SLICE: Duration = Duration::from_millis(50);
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -120,7 +128,7 @@ impl Default for SchedulerConfig {
             worker_os_priority: WorkerOsPriority::Nice(10),
             worker_os_slice: Some(Duration::from_micros(100)),
             handover_morsel: Some(Duration::from_micros(100)),
-            slice: None,
+            slice: Some(DEFAULT_SLICE),
             clock: Clock::Wall,
         }
     }

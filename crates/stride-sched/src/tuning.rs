@@ -12,8 +12,9 @@
 //!
 //! [`tune`] minimizes the mean slowdown (seed 001 equation (3)) of the tracked
 //! workload simulated on one thread ([`crate::sim`], one serial job per
-//! tracked group, quantum = `t_max`) over `(λ, d_start)`, keeping `p0` and
-//! `p_min`:
+//! tracked group, quantum = `t_max`, with the scheduler's time slice
+//! [`crate::SchedulerConfig::slice`], which the seed does not have) over
+//! `(λ, d_start)`, keeping `p0` and `p_min`:
 //!
 //! * start values: `d_start` = the smallest values for which 5 %, 10 %, …,
 //!   35 % of the tracked quanta run before the decay sets in
@@ -113,6 +114,10 @@ pub struct TrackedGroup {
 pub struct TrackedWorkload {
     /// The task target duration `t_max` (the simulation's quantum).
     pub quantum: Duration,
+    /// The scheduler's time slice ([`crate::SchedulerConfig::slice`]),
+    /// which the simulation applies as the workers do, so that tuning
+    /// scores the scheduler that runs.
+    pub slice: Option<Duration>,
     /// In arrival order.
     pub groups: Vec<TrackedGroup>,
 }
@@ -123,6 +128,7 @@ pub struct TrackedWorkload {
 #[derive(Debug, Clone)]
 pub struct Tracker {
     quantum: Duration,
+    slice: Option<Duration>,
     start: Duration,
     index: HashMap<ResourceGroupId, usize>,
     groups: Vec<TrackedGroup>,
@@ -135,10 +141,18 @@ impl Tracker {
     pub fn new(t_max: Duration, start: Duration) -> Self {
         Tracker {
             quantum: t_max,
+            slice: None,
             start,
             index: HashMap::new(),
             groups: Vec::new(),
         }
+    }
+
+    /// The workload is run with time slices of `slice`
+    /// ([`TrackedWorkload::slice`]).
+    pub fn with_slice(mut self, slice: Option<Duration>) -> Self {
+        self.slice = slice;
+        self
     }
 
     /// The tracking worker ran a task of `group` (which arrived at
@@ -173,6 +187,7 @@ impl Tracker {
         groups.sort_by_key(|g| (g.arrival, g.group));
         TrackedWorkload {
             quantum: self.quantum,
+            slice: self.slice,
             groups,
         }
     }
@@ -289,6 +304,8 @@ pub(crate) struct TuningDriver {
     track: Duration,
     refresh: Duration,
     t_max: Duration,
+    /// The scheduler's time slice, handed to each tracker.
+    slice: Option<Duration>,
     /// The tracker of the running window and the window's end.
     tracking: Option<(Tracker, Duration)>,
     /// The last refresh period that was tracked.
@@ -296,12 +313,13 @@ pub(crate) struct TuningDriver {
 }
 
 impl TuningDriver {
-    pub(crate) fn new(config: &TuningConfig, t_max: Duration) -> Self {
+    pub(crate) fn new(config: &TuningConfig, t_max: Duration, slice: Option<Duration>) -> Self {
         let track = config.track.max(Duration::from_micros(1));
         TuningDriver {
             track,
             refresh: config.refresh.max(track),
             t_max,
+            slice,
             tracking: None,
             done: None,
         }
@@ -341,7 +359,10 @@ impl TuningDriver {
                 Duration::from_nanos((self.refresh.as_nanos() * u128::from(period)) as u64);
             if now < period_start + self.track {
                 self.done = Some(period);
-                self.tracking = Some((Tracker::new(self.t_max, now), period_start + self.track));
+                self.tracking = Some((
+                    Tracker::new(self.t_max, now).with_slice(self.slice),
+                    period_start + self.track,
+                ));
             }
         }
         None
@@ -353,6 +374,7 @@ struct Evaluator<'a> {
     jobs: &'a [SimJob],
     isolated: Vec<f64>,
     quantum: f64,
+    slice: Option<f64>,
     base: &'a DecayParams,
     cache: HashMap<(u32, u64), f64>,
     evaluations: usize,
@@ -368,7 +390,8 @@ impl Evaluator<'_> {
             d_start,
             ..self.base.clone()
         };
-        let cfg = SimConfig::new(Policy::Stride(params), 1, self.quantum);
+        let mut cfg = SimConfig::new(Policy::Stride(params), 1, self.quantum);
+        cfg.slice = self.slice;
         let c = simulate_with_isolated(self.jobs, &cfg, &self.isolated).mean_slowdown();
         self.evaluations += 1;
         self.cache.insert((d_start, lambda.to_bits()), c);
@@ -399,6 +422,7 @@ pub fn tune(workload: &TrackedWorkload, start: &DecayParams) -> TuningResult {
         jobs: &jobs,
         isolated,
         quantum,
+        slice: workload.slice.map(|s| s.as_secs_f64()),
         base: start,
         cache: HashMap::new(),
         evaluations: 0,
@@ -519,6 +543,35 @@ mod tests {
     }
 
     #[test]
+    fn tuning_scores_the_scheduler_with_its_time_slice() {
+        // Both arrive at once; the long one is first in arrival order. A
+        // 50 ms slice lets it run 50 ms before the short one gets a turn.
+        let plain = workload(&[(0, 400), (0, 20)]);
+        let sliced = TrackedWorkload {
+            slice: Some(50 * MS),
+            ..plain.clone()
+        };
+        let start = DecayParams::default();
+        let (r_plain, r_sliced) = (tune(&plain, &start), tune(&sliced, &start));
+        let jobs = sliced.to_sim_jobs();
+        let isolated: Vec<f64> = jobs.iter().map(|j| isolated_latency(j, 1, 0.002)).collect();
+        let mut cfg = SimConfig::new(Policy::Stride(start.clone()), 1, 0.002);
+        cfg.slice = Some(0.05);
+        let expected = simulate_with_isolated(&jobs, &cfg, &isolated).mean_slowdown();
+        assert!(
+            (r_sliced.cost_before - expected).abs() < 1e-9,
+            "{} vs {expected}",
+            r_sliced.cost_before
+        );
+        assert!(
+            r_sliced.cost_before > r_plain.cost_before,
+            "the slice made no difference: {} vs {}",
+            r_sliced.cost_before,
+            r_plain.cost_before
+        );
+    }
+
+    #[test]
     fn an_empty_workload_keeps_the_start() {
         let r = tune(&workload(&[]), &DecayParams::default());
         assert_eq!(r.params, DecayParams::default());
@@ -531,7 +584,7 @@ mod tests {
             track: 20 * MS,
             refresh: 60 * MS,
         };
-        let mut d = TuningDriver::new(&config, 2 * MS);
+        let mut d = TuningDriver::new(&config, 2 * MS, Some(10 * MS));
         // Not stride: nothing is tracked.
         assert!(d.poll(MS, false).is_none());
         assert!(!d.is_tracking());
@@ -543,6 +596,11 @@ mod tests {
         let w = d.poll(20 * MS, true).expect("window over");
         assert_eq!(w.groups.len(), 2);
         assert_eq!(w.groups[1].arrival, 3 * MS);
+        assert_eq!(
+            w.slice,
+            Some(10 * MS),
+            "the scheduler's slice travels along"
+        );
         // Nothing more in this period; a window missed entirely (the worker
         // was busy past its end) is skipped.
         assert!(d.poll(30 * MS, true).is_none());

@@ -111,7 +111,11 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
         .as_ref()
         .map(|tracer| WorkerTrace::new(tracer, index));
     let tuning = match (&shared.config.tuning, index) {
-        (Some(config), 0) => Some(TuningDriver::new(config, shared.config.t_max)),
+        (Some(config), 0) => Some(TuningDriver::new(
+            config,
+            shared.config.t_max,
+            shared.config.slice,
+        )),
         _ => None,
     };
     Worker {

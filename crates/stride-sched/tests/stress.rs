@@ -476,6 +476,10 @@ fn long_tasks_while_short_runs(policy: Policy) -> usize {
         morsels: MorselPolicy::Fixed(1),
         policy,
         slots: 128,
+        // The policies' task-by-task order: a slice (tested in decision.rs
+        // and tests/differential.rs) would let the short query's 3 ms
+        // run in one turn under every sharing policy.
+        slice: None,
         ..SchedulerConfig::default()
     });
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -529,6 +533,8 @@ fn stride_finishes_the_shorter_of_two_simultaneous_queries_first() {
             morsels: MorselPolicy::Fixed(1),
             policy: policy.clone(),
             slots: 128,
+            // The policies' own order, task by task (without slices).
+            slice: None,
             ..SchedulerConfig::default()
         });
         let log = Arc::new(Mutex::new(Vec::new()));
