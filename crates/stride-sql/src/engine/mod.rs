@@ -70,6 +70,7 @@ mod dml;
 mod insert_source;
 mod literal_mask;
 mod live;
+mod outer_refs;
 mod place;
 mod plan_cache;
 mod prepared;

@@ -187,6 +187,7 @@ impl Session {
     /// the distinct outer values (`crate::engine::apply`), where those are
     /// few.
     fn substitute_subqueries(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        let plan = super::outer_refs::requalify_outer_refs(plan)?;
         let result = plan.transform_up(|node| {
             let input = match &node {
                 LogicalPlan::Projection(_) | LogicalPlan::Filter(_) => {
