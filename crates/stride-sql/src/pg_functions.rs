@@ -197,6 +197,7 @@ pub fn lookup(name: &str, ctx: &Arc<PgContext>) -> Option<Arc<ScalarUDF>> {
         "current_database" | "current_catalog" => (text, current_database, 0, 0),
         "current_schemas" => (text_list, current_schemas, 1, 1),
         "format_type" => (text, format_type, 2, 2),
+        "pg_typeof" => (text, pg_typeof, 1, 1),
         "pg_get_expr" => (text, pg_get_expr, 2, 3),
         "pg_table_is_visible" => (boolean, pg_table_is_visible, 1, 1),
         "pg_type_is_visible" => (boolean, pg_type_is_visible, 1, 1),
@@ -270,6 +271,7 @@ pub const NAMES: &[&str] = &[
     "current_catalog",
     "current_schemas",
     "format_type",
+    "pg_typeof",
     "pg_get_expr",
     "pg_table_is_visible",
     "pg_type_is_visible",
@@ -363,6 +365,20 @@ fn format_type(_: &PgContext, args: &[ScalarValue]) -> DfResult<ScalarValue> {
     };
     Ok(utf8(
         cat::format_type(oid, int(&args[1])).unwrap_or_else(|| "???".into()),
+    ))
+}
+
+/// `pg_typeof(x)`: the name of the type `x` is described as on the wire
+/// (without a type modifier, as PostgreSQL's `regtype` output); `unknown`
+/// for an untyped NULL.
+fn pg_typeof(_: &PgContext, args: &[ScalarValue]) -> DfResult<ScalarValue> {
+    let t = args[0].data_type();
+    if t == DataType::Null {
+        return Ok(utf8("unknown"));
+    }
+    let (oid, _) = cat::pg_type_of(&t);
+    Ok(utf8(
+        cat::format_type(i64::from(oid), None).unwrap_or_else(|| "???".into()),
     ))
 }
 
