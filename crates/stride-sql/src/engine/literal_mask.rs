@@ -3,20 +3,36 @@
 //! simple-protocol queries by, and the values that fill the shape's
 //! parameters at each execution.
 //!
-//! Only a literal that one column is compared with is masked:
-//! `col <op> lit` and `lit <op> col` (`=`, `<>`, `<`, `<=`, `>`, `>=`),
-//! `col [NOT] BETWEEN lit AND lit`, `col [NOT] IN (lit, …)` and
-//! `col [NOT] [I]LIKE lit` without `ESCAPE`, where `col` is a (possibly
-//! qualified) column name and `lit` an unsigned number or a plain
-//! single-quoted string. DataFusion types such a parameter as the column
+//! Only what one column is compared with is masked: `col <op> x` and
+//! `x <op> col` (`=`, `<>`, `<`, `<=`, `>`, `>=`), `col [NOT] BETWEEN x AND
+//! x`, `col [NOT] IN (x, …)` and `col [NOT] [I]LIKE x` without `ESCAPE`,
+//! where `col` is a (possibly qualified) column name and `x` is
+//!
+//! * a literal: an unsigned number or a plain single-quoted string
+//!   ([`Literal::Number`], [`Literal::Text`]), or
+//! * a *constant expression* ([`Literal::Constant`]) built only from such
+//!   literals, `DATE '…'` and `TIMESTAMP '…'`, `INTERVAL '…' unit`, unary
+//!   minus, `+ - * /`, parentheses and `CAST`s to number, text, date and
+//!   timestamp types — `date '1998-12-01' - interval '90' day`,
+//!   `0.06 - 0.01`, `date '1995-03-15'` — masked whole as one parameter.
+//!   Its value is computed at each execution by planning and optimizing it
+//!   as the session plans any statement (`Session::compute_constants`), so
+//!   it is the value a full plan of the text folds it to (month-end
+//!   arithmetic included: DataFusion computes it, nothing here does).
+//!
+//! DataFusion types such a parameter as the column
 //! ([`datafusion_expr::Expr::infer_placeholder_types`]), and the value is
 //! converted into that type only where the conversion is exact
-//! ([`Literal::exact_value`]): comparing the column with the exact value in
-//! the column's type is what comparing it with the literal in their common
-//! type does. Every other literal — `LIMIT 10`, `ORDER BY 2`, a function's
-//! argument, `date '1994-01-01'`, `interval '3' month`, arithmetic,
-//! `CASE` results, `VALUES` rows — stays in the shape's text, so two
-//! statements that differ there are different shapes.
+//! ([`Literal::exact_value`], [`exact_scalar`]): comparing the column with
+//! the exact value in the column's type is what comparing it with the
+//! literal in their common type does. Every other literal — `LIMIT 10`,
+//! `ORDER BY 2`, a function's argument (`substring(c_phone from 1 for 2)`),
+//! arithmetic involving a column, `CASE`, `VALUES` rows — stays in the
+//! shape's text, so two statements that differ there are different shapes.
+//! The shape also records each masked value's *kind*: a number, a string,
+//! or a constant expression's form with its literals blanked
+//! (`DATE '' - INTERVAL '' DAY`), so a date-valued expression and a string
+//! in the same place are different shapes, as a number and a string are.
 
 use std::ops::ControlFlow;
 
@@ -24,17 +40,25 @@ use arrow::datatypes::DataType;
 use datafusion_common::ScalarValue;
 use datafusion_sql::parser::Statement as DFStatement;
 use datafusion_sql::sqlparser::ast::{
-    visit_expressions, visit_expressions_mut, BinaryOperator, Expr, Statement, Value,
+    visit_expressions, visit_expressions_mut, BinaryOperator, CastKind, DataType as SqlType, Expr,
+    Statement, TimezoneInfo, UnaryOperator, Value,
 };
-use datafusion_sql::sqlparser::tokenizer::Span;
 
 /// A masked literal, as the client wrote it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Literal {
     /// An unsigned number: digits, optionally a `.` and more digits.
     Number(String),
     /// A plain single-quoted string.
     Text(String),
+    /// A constant expression (see the module documentation).
+    Constant {
+        /// The expression as written.
+        expr: Box<Expr>,
+        /// Its value as the session computes it
+        /// (`Session::compute_constants`); `None` until computed.
+        value: Option<ScalarValue>,
+    },
 }
 
 /// A query with its maskable literals replaced by `$1..$n`.
@@ -106,13 +130,7 @@ pub(super) fn mask(stmt: &DFStatement) -> Option<Masked> {
         }
         ControlFlow::<()>::Continue(())
     });
-    let kinds: String = literals
-        .iter()
-        .map(|l| match l {
-            Literal::Number(_) => 'n',
-            Literal::Text(_) => 't',
-        })
-        .collect();
+    let kinds: String = literals.iter().map(kind).collect();
     let shape = format!("{statement}\u{0}{kinds}");
     Some(Masked {
         statement: DFStatement::Statement(Box::new(statement)),
@@ -137,17 +155,137 @@ fn is_column(e: &Expr) -> bool {
     matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
 }
 
-/// Replaces `e` by the next parameter if it is a maskable literal.
+/// Replaces `e` by the next parameter if it is a maskable literal or
+/// constant expression.
 fn mask_one(e: &mut Expr, literals: &mut Vec<Literal>) {
-    let Expr::Value(v) = e else { return };
-    let literal = match &v.value {
-        Value::Number(text, false) if is_plain_number(text) => Literal::Number(text.clone()),
-        Value::SingleQuotedString(text) => Literal::Text(text.clone()),
-        _ => return,
-    };
+    let Some(literal) = maskable(e) else { return };
     literals.push(literal);
-    v.value = Value::Placeholder(format!("${}", literals.len()));
-    v.span = Span::empty();
+    *e = Expr::Value(Value::Placeholder(format!("${}", literals.len())).with_empty_span());
+}
+
+/// What `e` is masked as: a plain literal as itself, any other constant
+/// expression as a [`Literal::Constant`]; `None` for what stays in the text.
+fn maskable(e: &Expr) -> Option<Literal> {
+    if let Expr::Value(v) = e {
+        match &v.value {
+            Value::Number(text, false) if is_plain_number(text) => {
+                return Some(Literal::Number(text.clone()))
+            }
+            Value::SingleQuotedString(text) => return Some(Literal::Text(text.clone())),
+            _ => {}
+        }
+    }
+    is_constant(e).then(|| Literal::Constant {
+        expr: Box::new(e.clone()),
+        value: None,
+    })
+}
+
+/// Whether `e` is built only from literals (numbers, plain strings, typed
+/// date and timestamp strings, intervals), unary minus and plus, `+ - * /`,
+/// parentheses and casts to [`is_value_type`] types.
+fn is_constant(e: &Expr) -> bool {
+    match e {
+        Expr::Value(v) => matches!(
+            v.value,
+            Value::Number(_, false) | Value::SingleQuotedString(_)
+        ),
+        Expr::TypedString(t) => {
+            is_day_or_time(&t.data_type) && matches!(t.value.value, Value::SingleQuotedString(_))
+        }
+        Expr::Interval(i) => matches!(
+            i.value.as_ref(),
+            Expr::Value(v) if matches!(v.value, Value::Number(_, false) | Value::SingleQuotedString(_))
+        ),
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus | UnaryOperator::Plus,
+            expr,
+        } => is_constant(expr),
+        Expr::BinaryOp { left, op, right } => {
+            matches!(
+                op,
+                BinaryOperator::Plus
+                    | BinaryOperator::Minus
+                    | BinaryOperator::Multiply
+                    | BinaryOperator::Divide
+            ) && is_constant(left)
+                && is_constant(right)
+        }
+        Expr::Cast {
+            kind: CastKind::Cast | CastKind::DoubleColon,
+            expr,
+            data_type,
+            array: false,
+            format: None,
+        } => is_value_type(data_type) && is_constant(expr),
+        Expr::Nested(inner) => is_constant(inner),
+        _ => false,
+    }
+}
+
+/// `DATE` or `TIMESTAMP` without a time zone: the typed strings a
+/// constant expression may hold.
+fn is_day_or_time(t: &SqlType) -> bool {
+    matches!(
+        t,
+        SqlType::Date | SqlType::Timestamp(_, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone)
+    )
+}
+
+/// The types a constant expression may cast to: integers, decimals, text,
+/// dates and timestamps without a time zone.
+fn is_value_type(t: &SqlType) -> bool {
+    is_day_or_time(t)
+        || matches!(
+            t,
+            SqlType::SmallInt(_)
+                | SqlType::Int(_)
+                | SqlType::Integer(_)
+                | SqlType::BigInt(_)
+                | SqlType::Int2(_)
+                | SqlType::Int4(_)
+                | SqlType::Int8(_)
+                | SqlType::Numeric(_)
+                | SqlType::Decimal(_)
+                | SqlType::Dec(_)
+                | SqlType::Text
+                | SqlType::Varchar(_)
+        )
+}
+
+/// A masked value's kind in the shape: `n` a number, `t` a string, a
+/// constant expression as `e(…)` around its [`form`].
+fn kind(literal: &Literal) -> String {
+    match literal {
+        Literal::Number(_) => "n".to_string(),
+        Literal::Text(_) => "t".to_string(),
+        Literal::Constant { expr, .. } => format!("e({})", form(expr)),
+    }
+}
+
+/// A constant expression's text with every number written `0` and every
+/// string (plain, typed or an interval's) empty: what expressions of one
+/// kind have in common (`DATE '' + INTERVAL '' MONTH`).
+fn form(e: &Expr) -> String {
+    let mut blank = e.clone();
+    let _ = visit_expressions_mut(&mut blank, |e| {
+        match e {
+            Expr::Value(v) => blank_value(&mut v.value),
+            Expr::TypedString(t) => blank_value(&mut t.value.value),
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    blank.to_string()
+}
+
+/// A number as `0`, a string as `''`.
+fn blank_value(v: &mut Value) {
+    match v {
+        Value::Number(text, _) => *text = "0".to_string(),
+        Value::SingleQuotedString(text) => text.clear(),
+        _ => {}
+    }
 }
 
 /// Digits, optionally followed by `.` and digits (no sign, no exponent).
@@ -162,9 +300,11 @@ impl Literal {
     /// The literal as a value of `target` (the type DataFusion gave its
     /// parameter: the compared column's), if it converts exactly; `None`
     /// sends the statement to a full plan, which compares the literal in
-    /// the types' common type.
+    /// the types' common type. A constant expression converts its computed
+    /// value ([`exact_scalar`]); `None` while it has none.
     pub(super) fn exact_value(&self, target: &DataType) -> Option<ScalarValue> {
         match (self, target) {
+            (Literal::Constant { value, .. }, t) => exact_scalar(value.as_ref()?, t),
             (Literal::Number(text), t) if t.is_integer() => {
                 let (int, frac) = text.split_once('.').unwrap_or((text, ""));
                 if frac.bytes().any(|b| b != b'0') {
@@ -210,14 +350,82 @@ impl Literal {
     }
 
     /// Whether a parameter of type `t` can take a literal of this kind at
-    /// all (an exact conversion exists for some values).
+    /// all (an exact conversion exists for some values); a constant
+    /// expression by its computed value's type (its kind's: every
+    /// expression of one [`form`] computes a value of one class).
     pub(super) fn fits(&self, t: &DataType) -> bool {
         match self {
-            Literal::Number(_) => t.is_integer() || matches!(t, DataType::Decimal128(..)),
-            Literal::Text(_) => matches!(
-                t,
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Date32
-            ),
+            Literal::Number(_) => fits_class(Class::Number, t),
+            Literal::Text(_) => fits_class(Class::Text, t),
+            Literal::Constant { value, .. } => value
+                .as_ref()
+                .and_then(|v| class_of(&v.data_type()))
+                .is_some_and(|c| fits_class(c, t)),
+        }
+    }
+}
+
+/// What a masked value compares as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Integers and decimals.
+    Number,
+    /// Strings.
+    Text,
+    /// Dates and timestamps without a time zone.
+    Day,
+}
+
+/// The class of a value of type `t`; `None` for values never masked into
+/// a parameter (floats, intervals, zoned timestamps, …).
+fn class_of(t: &DataType) -> Option<Class> {
+    match t {
+        t if t.is_integer() => Some(Class::Number),
+        DataType::Decimal128(..) => Some(Class::Number),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some(Class::Text),
+        DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, None) => Some(Class::Day),
+        _ => None,
+    }
+}
+
+/// Whether a parameter of type `t` takes values of class `c`: numbers into
+/// integers and decimals, strings into strings and dates (as a date column
+/// compared with a string casts the string), dates and timestamps into
+/// dates.
+fn fits_class(c: Class, t: &DataType) -> bool {
+    match c {
+        Class::Number => t.is_integer() || matches!(t, DataType::Decimal128(..)),
+        Class::Text => matches!(
+            t,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Date32
+        ),
+        Class::Day => matches!(t, DataType::Date32),
+    }
+}
+
+/// A computed value as a value of `target`, if it converts exactly: a
+/// string as a [`Literal::Text`] of its text would; a number, date or
+/// timestamp only where casting it to `target` and back gives it again
+/// (`0.05` into `decimal(15,2)`, a timestamp at midnight into a date; not
+/// `0.055`, not a timestamp with a time of day). Comparing the column with
+/// that value in the column's type is then what the full plan's comparison
+/// in the two types' common type does. `None` for a null or any other value.
+pub(super) fn exact_scalar(value: &ScalarValue, target: &DataType) -> Option<ScalarValue> {
+    if value.is_null() {
+        return None;
+    }
+    let class = class_of(&value.data_type())?;
+    if !fits_class(class, target) {
+        return None;
+    }
+    match value {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => Literal::Text(s.clone()).exact_value(target),
+        _ => {
+            let converted = value.cast_to(target).ok()?;
+            let back = converted.cast_to(&value.data_type()).ok()?;
+            (!converted.is_null() && back == *value).then_some(converted)
         }
     }
 }
@@ -240,8 +448,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            m.literals,
-            vec![
+            m.literals[..7],
+            [
                 Literal::Number("5".into()),
                 Literal::Text("x".into()),
                 Literal::Number("1".into()),
@@ -251,13 +459,127 @@ mod tests {
                 Literal::Text("ab%".into()),
             ]
         );
+        assert_eq!(constants(&m), ["DATE '1994-01-01'"]);
         let text = m.shape.split('\u{0}').next().unwrap();
         assert!(text.contains("a = $1"), "{text}");
         assert!(text.contains("f + 1 > 7"), "{text}");
-        assert!(text.contains("DATE '1994-01-01'"), "{text}");
+        assert!(text.contains("g < $8"), "{text}");
         assert!(text.contains("LIMIT 10"), "{text}");
         assert!(text.contains("SELECT a, 3"), "{text}");
-        assert!(m.shape.ends_with("\u{0}ntnnttt"), "{}", m.shape);
+        assert!(m.shape.ends_with("\u{0}ntnnttte(DATE '')"), "{}", m.shape);
+    }
+
+    /// The masked constant expressions' texts, in parameter order.
+    fn constants(m: &Masked) -> Vec<String> {
+        m.literals
+            .iter()
+            .filter_map(|l| match l {
+                Literal::Constant { expr, value: None } => Some(expr.to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The shape's text (without the kinds).
+    fn text(m: &Masked) -> &str {
+        m.shape.split('\u{0}').next().unwrap()
+    }
+
+    #[test]
+    fn constant_expressions_compared_with_a_column_are_masked_whole() {
+        let m = masked(
+            "select * from lineitem where l_shipdate <= date '1998-12-01' - interval '90' day \
+             and o_orderdate >= date '1994-01-01' \
+             and o_orderdate < date '1994-01-01' + interval '3' month \
+             and l_discount between 0.06 - 0.01 and 0.06 + 0.01 \
+             and l_quantity <= (1 + 10) and l_tax > -0.5 \
+             and l_commitdate in (cast('1995-01-01' as date), '1995-01-02'::date) \
+             and timestamp '1995-01-01 00:00:00' < l_receiptdate",
+        )
+        .unwrap();
+        assert_eq!(
+            constants(&m),
+            [
+                "DATE '1998-12-01' - INTERVAL '90' DAY",
+                "DATE '1994-01-01'",
+                "DATE '1994-01-01' + INTERVAL '3' MONTH",
+                "0.06 - 0.01",
+                "0.06 + 0.01",
+                "(1 + 10)",
+                "-0.5",
+                "CAST('1995-01-01' AS DATE)",
+                "'1995-01-02'::DATE",
+                "TIMESTAMP '1995-01-01 00:00:00'",
+            ]
+        );
+        assert_eq!(m.literals.len(), 10);
+        assert_eq!(
+            text(&m),
+            "SELECT * FROM lineitem WHERE l_shipdate <= $1 AND o_orderdate >= $2 \
+             AND o_orderdate < $3 AND l_discount BETWEEN $4 AND $5 AND l_quantity <= $6 \
+             AND l_tax > $7 AND l_commitdate IN ($8, $9) AND $10 < l_receiptdate"
+        );
+    }
+
+    #[test]
+    fn limits_function_arguments_case_and_column_arithmetic_stay_in_the_text() {
+        for sql in [
+            "select * from customer where substring(c_phone from 1 for 2) in ('13', '31') limit 10",
+            "select case when a then date '1995-01-01' else date '1996-01-01' + interval '1' day end from t",
+            "select * from t where d + interval '1' day < date '1995-01-01'",
+            "select * from t where d < e + interval '1' day",
+            "select * from t where d < now() - interval '1' day",
+            "select * from t where d < to_date('1995-01-01')",
+            "select * from t where d < cast('1995-01-01' as timestamp with time zone)",
+            "select * from t where d < try_cast('1995-01-01' as date)",
+            "select * from t where case when a then 1 else 2 end = 3 - 1",
+            "select * from t where d || 'x' = 'y' || 'x'",
+        ] {
+            let m = masked(sql).unwrap();
+            assert!(m.literals.is_empty(), "{sql}: {:?}", m.literals);
+            assert!(!text(&m).contains('$'), "{sql}: {}", text(&m));
+        }
+    }
+
+    #[test]
+    fn one_shape_for_other_dates_and_intervals_another_for_other_kinds() {
+        let shape = |sql: &str| masked(sql).unwrap().shape;
+        let q1 = |days: u32| {
+            shape(&format!(
+                "select * from l where l_shipdate <= date '1998-12-01' - interval '{days}' day"
+            ))
+        };
+        assert_eq!(q1(90), q1(61));
+        let q4 = |day: &str| {
+            shape(&format!(
+                "select * from o where o_orderdate >= date '{day}' \
+                 and o_orderdate < date '{day}' + interval '3' month"
+            ))
+        };
+        assert_eq!(q4("1993-07-01"), q4("1997-10-01"));
+        assert_eq!(
+            shape("select * from l where l_discount between 0.06 - 0.01 and 0.06 + 0.01"),
+            shape("select * from l where l_discount between 0.03 - 0.01 and 0.03 + 0.01"),
+        );
+        // A date, a timestamp, a string and a number in one place; a month
+        // and a day interval; a sum and a difference: all different.
+        let kinds = [
+            "select * from t where d < date '1995-01-01'",
+            "select * from t where d < timestamp '1995-01-01 00:00:00'",
+            "select * from t where d < '1995-01-01'",
+            "select * from t where d < 5",
+            "select * from t where d < date '1995-01-01' + interval '1' month",
+            "select * from t where d < date '1995-01-01' + interval '1' day",
+            "select * from t where d < date '1995-01-01' - interval '1' day",
+            "select * from t where d < cast('1995-01-01' as date)",
+            "select * from t where d < cast('1995-01-01' as text)",
+        ];
+        let shapes: std::collections::HashSet<String> = kinds.iter().map(|q| shape(q)).collect();
+        assert_eq!(shapes.len(), kinds.len(), "{shapes:#?}");
+        // The text is the same for all of them: only the kinds differ.
+        assert!(kinds
+            .iter()
+            .all(|q| text(&masked(q).unwrap()) == "SELECT * FROM t WHERE d < $1"));
     }
 
     #[test]
@@ -320,6 +642,94 @@ mod tests {
         assert_eq!(
             t("ab").exact_value(&DataType::Utf8View),
             Some(ScalarValue::Utf8View(Some("ab".into())))
+        );
+    }
+
+    #[test]
+    fn computed_values_convert_exactly_only() {
+        let date = DataType::Date32;
+        let dec = |v: i128, p: u8, s: i8| ScalarValue::Decimal128(Some(v), p, s);
+        let ts = |nanos: i64| ScalarValue::TimestampNanosecond(Some(nanos), None);
+        let day = 86_400_000_000_000i64;
+        assert_eq!(
+            exact_scalar(&ScalarValue::Date32(Some(9204)), &date),
+            Some(ScalarValue::Date32(Some(9204)))
+        );
+        assert_eq!(
+            exact_scalar(&ts(9204 * day), &date),
+            Some(ScalarValue::Date32(Some(9204)))
+        );
+        assert_eq!(
+            exact_scalar(&ts(9204 * day + 1), &date),
+            None,
+            "a time part"
+        );
+        assert_eq!(
+            exact_scalar(&dec(5, 3, 2), &DataType::Decimal128(15, 2)),
+            Some(dec(5, 15, 2))
+        );
+        assert_eq!(
+            exact_scalar(&dec(55, 4, 3), &DataType::Decimal128(15, 2)),
+            None
+        );
+        assert_eq!(
+            exact_scalar(&ScalarValue::Int64(Some(11)), &DataType::Decimal128(15, 2)),
+            Some(dec(1100, 15, 2))
+        );
+        assert_eq!(
+            exact_scalar(&dec(50, 3, 1), &DataType::Int32),
+            Some(ScalarValue::Int32(Some(5)))
+        );
+        assert_eq!(exact_scalar(&dec(55, 3, 1), &DataType::Int32), None);
+        assert_eq!(
+            exact_scalar(&ScalarValue::Int64(Some(3_000_000_000)), &DataType::Int32),
+            None
+        );
+        assert_eq!(
+            exact_scalar(&ScalarValue::Utf8(Some("1995-03-15".into())), &date),
+            Some(ScalarValue::Date32(Some(9204)))
+        );
+        assert_eq!(
+            exact_scalar(&ScalarValue::Utf8(Some("1995-3-15".into())), &date),
+            None
+        );
+        // Not into another class: a date into text, a number into a date,
+        // floats and intervals at all, nulls.
+        assert_eq!(
+            exact_scalar(&ScalarValue::Date32(Some(9204)), &DataType::Utf8),
+            None
+        );
+        assert_eq!(exact_scalar(&ScalarValue::Int64(Some(5)), &date), None);
+        assert_eq!(
+            exact_scalar(&ScalarValue::Float64(Some(5.0)), &DataType::Int64),
+            None
+        );
+        assert_eq!(
+            exact_scalar(&ScalarValue::new_interval_mdn(1, 0, 0), &DataType::Int64),
+            None
+        );
+        assert_eq!(exact_scalar(&ScalarValue::Date32(None), &date), None);
+    }
+
+    #[test]
+    fn a_constant_fits_and_converts_by_its_computed_value() {
+        let mut m = masked("select * from t where d < date '1995-03-15'").unwrap();
+        assert!(
+            matches!(m.literals[..], [Literal::Constant { value: None, .. }]),
+            "{:?}",
+            m.literals
+        );
+        assert!(!m.literals[0].fits(&DataType::Date32), "not computed yet");
+        assert_eq!(m.literals[0].exact_value(&DataType::Date32), None);
+        if let Literal::Constant { value, .. } = &mut m.literals[0] {
+            *value = Some(ScalarValue::Date32(Some(9204)));
+        }
+        assert!(m.literals[0].fits(&DataType::Date32));
+        assert!(!m.literals[0].fits(&DataType::Utf8));
+        assert!(!m.literals[0].fits(&DataType::Int32));
+        assert_eq!(
+            m.literals[0].exact_value(&DataType::Date32),
+            Some(ScalarValue::Date32(Some(9204)))
         );
     }
 }

@@ -34,8 +34,12 @@
 //!   planned every time), with every parameter's type known;
 //! * a masked literal runs the cached plan only when its value converts
 //!   exactly into the parameter's type (the compared column's), else the
-//!   statement is planned in full; a shape whose masked form does not plan
-//!   where its literal form does is remembered as not cacheable;
+//!   statement is planned in full; a masked constant expression's value
+//!   (`date '…' - interval '90' day`) is computed at each execution by
+//!   planning the expression as the session plans any statement
+//!   ([`Session::compute_constants`]), so it is what a full plan would fold
+//!   it to; a shape whose masked form does not plan where its literal form
+//!   does is remembered as not cacheable;
 //! * cached plans hold the tables' schemas, never their rows
 //!   ([`detach`]): an entry keeps no dropped or replaced table in memory.
 
@@ -52,10 +56,10 @@ use datafusion_expr::{Expr, LogicalPlan, Volatility};
 use datafusion_sql::parser::Statement as DFStatement;
 use stride_storage::Table;
 
-use super::literal_mask::{self, Masked};
+use super::literal_mask::{self, Literal, Masked};
 use super::{Session, StatementOutput};
 use crate::context::StrideTableSource;
-use crate::error::{Result, SqlError};
+use crate::error::{PlanKind, Result, SqlError};
 use crate::roles::RoleId;
 
 /// Entries the engine's cache keeps unless `stride.plan_cache_size` says
@@ -369,11 +373,20 @@ impl Session {
         if cache.capacity() == 0 || self.in_failed_transaction() {
             return Through::Full(None);
         }
-        let Some(masked) = literal_mask::mask(stmt) else {
+        let Some(mut masked) = literal_mask::mask(stmt) else {
             return Through::Full(None);
         };
         let key = self.shape_key(masked.shape.clone());
-        let (entry, hit) = match cache.get(&key) {
+        let found = cache.get(&key);
+        if found.as_ref().is_some_and(|entry| entry.plan.is_none()) {
+            return Through::Full(None);
+        }
+        if self.compute_constants(&mut masked.literals).is_err() {
+            // The full plan folds the expression itself, or reports why
+            // it cannot.
+            return Through::Full(None);
+        }
+        let (entry, hit) = match found {
             Some(entry) => (entry, true),
             None => {
                 cache.misses.fetch_add(1, Ordering::Relaxed);
@@ -543,6 +556,43 @@ impl Session {
         }))
     }
 
+    /// Computes the masked constant expressions' values
+    /// ([`Literal::Constant`]) as a full plan of the statement would:
+    /// `SELECT e1 AS c0, e2 AS c1, …` bound and optimized as the session
+    /// binds and optimizes any statement, which folds each expression into
+    /// a literal. An error where one does not plan, compute or fold.
+    fn compute_constants(&self, literals: &mut [Literal]) -> Result<()> {
+        // Named apart: one expression may be written twice.
+        let exprs: Vec<String> = literals
+            .iter()
+            .filter_map(|l| match l {
+                Literal::Constant { expr, .. } => Some(expr),
+                _ => None,
+            })
+            .enumerate()
+            .map(|(i, expr)| format!("{expr} AS c{i}"))
+            .collect();
+        if exprs.is_empty() {
+            return Ok(());
+        }
+        let select = crate::limits::parse(&format!("SELECT {}", exprs.join(", ")))?
+            .pop_front()
+            .ok_or_else(not_folded)?;
+        let plan = self.optimize_unordered(self.to_logical(select)?)?;
+        let values = folded_values(&plan)?;
+        if values.len() != exprs.len() {
+            return Err(not_folded());
+        }
+        let constants = literals.iter_mut().filter_map(|l| match l {
+            Literal::Constant { value, .. } => Some(value),
+            _ => None,
+        });
+        for (slot, value) in constants.zip(values) {
+            *slot = Some(value);
+        }
+        Ok(())
+    }
+
     /// A cached plan bound to the current snapshots (the transaction's
     /// view in a block) with its parameters' values, which must be of the
     /// parameters' types.
@@ -573,6 +623,36 @@ impl Session {
             s.run_planned(&plan, stream, start)
         })
     }
+}
+
+/// The values of an optimized `SELECT` of constants: its projection's
+/// expressions, each folded into a literal.
+fn folded_values(plan: &LogicalPlan) -> Result<Vec<ScalarValue>> {
+    let LogicalPlan::Projection(projection) = plan else {
+        return Err(not_folded());
+    };
+    projection
+        .expr
+        .iter()
+        .map(|e| {
+            let mut e = e;
+            while let Expr::Alias(alias) = e {
+                e = alias.expr.as_ref();
+            }
+            match e {
+                Expr::Literal(value, _) => Ok(value.clone()),
+                _ => Err(not_folded()),
+            }
+        })
+        .collect()
+}
+
+/// A constant expression the optimizer left unfolded.
+fn not_folded() -> SqlError {
+    SqlError::plan(
+        PlanKind::Other,
+        "a constant expression did not fold into a value",
+    )
 }
 
 /// Whether a column name shows a parameter (`$` and a digit).
