@@ -7,7 +7,7 @@ and whether the server still answered afterwards.
     python3 scripts/hostile_probes.py --port 5433 [--schema sf1]
 
 The CI suite (crates/stride/tests/hostile.rs, memory.rs, roles.rs,
-clients.rs) asserts the same behaviours at SF 0.01; this script is for
+clients.rs, alloc_guard.rs) asserts the same behaviours at SF 0.01; this script is for
 re-measuring the issue's table at the scale it was found (needs psycopg:
 `bash scripts/setup.sh`).
 """
@@ -96,6 +96,27 @@ def main():
     probe("sort of lineitem", f"select * from {s}.lineitem order by l_comment")
     probe("repeat('x', 2000000000)", "select length(repeat('x', 2000000000))")
     probe("stride.memory", "select * from stride.memory")
+
+    print("# tables filling memory: copies of lineitem until stride.allocation_limit")
+    # Stored tables are no query's memory; the allocation guard counts them
+    # with everything else. With the limit 3 GB above what the server holds
+    # now, the copies that would take it past fail with 53200 instead of an
+    # allocation failing and aborting the server.
+    g = connect()
+    allocated = g.execute("select allocated_bytes from stride.memory").fetchone()[0]
+    if allocated is None:
+        print("the server does not count its allocations (not the stride binary?)")
+    else:
+        before = g.execute("show stride.allocation_limit").fetchone()[0]
+        g.execute(f"set stride.allocation_limit = '{allocated // (1 << 20) + 3072}MB'")
+        for i in range(6):
+            probe(f"copy {i + 1} of lineitem",
+                  f"create table probe_copy_{i} as select * from {s}.lineitem", conn=g)
+        probe("allocation guard", "select allocated_bytes, allocation_limit_bytes, "
+              "allocation_trips from stride.memory", conn=g)
+        for i in range(6):
+            g.execute(f"drop table if exists probe_copy_{i}")
+        g.execute(f"set stride.allocation_limit = '{before}'")
 
     print("# server files (non-superuser)")
     a = connect()

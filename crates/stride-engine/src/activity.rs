@@ -485,7 +485,10 @@ fn tuning_table(scheduler: &stride_sched::Scheduler) -> Result<Table> {
 /// hold now and at most so far, how many charges were refused (each failed
 /// its query with 53200 or made an operator spill), the default share of one
 /// query, the bytes queries wrote to spill files since start and the bytes
-/// in spill files now.
+/// in spill files now; then the allocation guard's figures
+/// ([`stride_exec::alloc_guard`]): what the process has allocated (NULL
+/// where its allocator does not count), its allocation limit (NULL:
+/// unlimited) and how many queries it stopped.
 pub fn memory_table(
     pool: &stride_exec::MemoryPool,
     query_limit: usize,
@@ -499,7 +502,16 @@ pub fn memory_table(
         Field::new("query_memory_limit_bytes", DataType::Int64, false),
         Field::new("spilled_bytes", DataType::Int64, false),
         Field::new("temp_bytes", DataType::Int64, false),
+        Field::new("allocated_bytes", DataType::Int64, true),
+        Field::new("allocation_limit_bytes", DataType::Int64, true),
+        Field::new("allocation_trips", DataType::Int64, false),
     ]));
+    let guard = |v: Option<usize>| -> ArrayRef {
+        Arc::new(Int64Array::from(vec![
+            v.map(|v| v.min(i64::MAX as usize) as i64)
+        ]))
+    };
+    let limit = stride_exec::alloc_guard::limit();
     let int = |v: usize| -> ArrayRef {
         Arc::new(Int64Array::from(vec![v.min(i64::MAX as usize) as i64]))
     };
@@ -513,6 +525,9 @@ pub fn memory_table(
             int(query_limit),
             int(spill.spilled_bytes() as usize),
             int(spill.bytes_on_disk() as usize),
+            guard(stride_exec::alloc_guard::allocated()),
+            guard((limit != usize::MAX).then_some(limit)),
+            int(stride_exec::alloc_guard::trips()),
         ],
     )?;
     Ok(Table::new("memory".to_string(), schema, vec![batch])?)

@@ -7,6 +7,7 @@
 //! | `stride.policy`              | a policy name ([`Policy::parse`])              |
 //! | `stride.workers`             | read-only                                      |
 //! | `stride.memory_limit`        | a size (`4GB`): all queries together           |
+//! | `stride.allocation_limit`    | a size, or `unlimited`: the whole process's allocations |
 //! | `stride.sharing_cycle`       | a time (ms): how long a batch forms at least   |
 //! | `stride.sharing_max_batch`   | an integer ≥ 1: most queries in one batch      |
 //! | `stride.temp_directory`      | an existing directory: where queries spill     |
@@ -32,6 +33,15 @@ impl Engine {
         match name {
             "stride.policy" => self.scheduler().set_policy(parse_policy(value)?),
             "stride.memory_limit" => self.set_memory_limit(memory_size(name, value)?),
+            // One allocator per process: the limit is the process's, shared
+            // by every engine in it.
+            "stride.allocation_limit" => stride_exec::alloc_guard::set_limit(
+                if value.trim().eq_ignore_ascii_case("unlimited") {
+                    usize::MAX
+                } else {
+                    memory_size(name, value)?
+                },
+            ),
             "stride.sharing_cycle" => {
                 let cycle = sharing_cycle(value)?;
                 let sharing = self.sharing();
@@ -72,6 +82,10 @@ impl Engine {
             "stride.policy" => self.scheduler().policy().name().to_string(),
             "stride.workers" => self.scheduler().config().workers.to_string(),
             "stride.memory_limit" => show_size(self.memory().limit()),
+            "stride.allocation_limit" => match stride_exec::alloc_guard::limit() {
+                usize::MAX => "unlimited".to_string(),
+                bytes => show_size(bytes),
+            },
             "stride.temp_directory" => self.temp_directory(),
             // Milliseconds, as `statement_timeout`.
             "stride.sharing_cycle" => {
@@ -94,6 +108,7 @@ impl Engine {
             "stride.policy",
             "stride.workers",
             "stride.memory_limit",
+            "stride.allocation_limit",
             "stride.temp_directory",
             "stride.sharing_cycle",
             "stride.sharing_max_batch",
@@ -296,7 +311,17 @@ mod tests {
         // Not the engine's: the session's to handle.
         assert!(!engine.set_setting("statement_timeout", "1s").unwrap());
         assert_eq!(engine.show_setting("statement_timeout"), None);
-        assert_eq!(engine.all_settings().len(), 7);
+        assert_eq!(engine.all_settings().len(), 8);
+        // The allocation limit is the process's (one allocator): shown and
+        // refused here without moving it, since tests of this binary share it.
+        let limit = engine.show_setting("stride.allocation_limit").unwrap();
+        assert!(engine
+            .set_setting("stride.allocation_limit", "lots")
+            .is_err());
+        assert_eq!(
+            engine.show_setting("stride.allocation_limit").unwrap(),
+            limit
+        );
     }
 
     #[test]

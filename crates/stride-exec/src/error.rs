@@ -34,6 +34,11 @@ pub enum ExecError {
         used: usize,
         limit: usize,
     },
+    /// The query allocated while the whole process was past its allocation
+    /// limit ([`crate::alloc_guard`]; SQLSTATE 53200, as a failed `malloc`
+    /// in a PostgreSQL backend).
+    #[error("out of memory: the server had allocated {} of its allocation limit (stride.allocation_limit) of {} when this query allocated more", crate::memory::format_bytes(*allocated), crate::memory::format_bytes(*limit))]
+    AllocationLimit { allocated: usize, limit: usize },
     /// A function was asked to build a value larger than one value may be
     /// (SQLSTATE 54000, PostgreSQL's "requested length too large").
     #[error("requested length too large: {function} would build {} and one value may hold at most {}", crate::memory::format_bytes(*requested), crate::memory::format_bytes(*limit))]
@@ -112,7 +117,9 @@ impl ExecError {
     /// returned to the scheduler; `None` for every other error.
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
-            ExecError::MemoryExhausted { .. } => Some(ErrorKind::OutOfMemory),
+            ExecError::MemoryExhausted { .. } | ExecError::AllocationLimit { .. } => {
+                Some(ErrorKind::OutOfMemory)
+            }
             ExecError::ValueTooLarge { .. } => Some(ErrorKind::ValueTooLarge),
             ExecError::TempFileLimit { .. } => Some(ErrorKind::TempFileLimit),
             ExecError::SpillIo { source, .. } => io_kind(source),

@@ -7,6 +7,7 @@ use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
 use stride_sched::{GroupFacts, QueryError, QueryHandle, QueryStats, Scheduler, TaskSetWork};
 
+use crate::alloc_guard::Accounted;
 use crate::buffer::Buffer;
 use crate::cancel::Canceller;
 use crate::error::{ExecError, Result};
@@ -206,13 +207,15 @@ fn try_submit(
     let pipelines = compile_into(plan, scheduler.config().workers, sink, memory)?;
     let count = pipelines.len();
     if let Some(hub) = sharing {
-        let prepared = crate::shared::prepare(pipelines, scheduler, facts, hub, on_running)?;
+        let account = memory.alloc_account();
+        let prepared =
+            crate::shared::prepare(pipelines, scheduler, facts, hub, account, on_running)?;
         let handle = scheduler.submit_with(prepared.task_sets, prepared.facts);
         return Ok((handle, count, prepared.prelude));
     }
     let task_sets: Vec<Arc<dyn TaskSetWork>> = pipelines
         .into_iter()
-        .map(|p| Arc::new(p) as Arc<dyn TaskSetWork>)
+        .map(|p| Accounted::wrap(Arc::new(p), memory.alloc_account()))
         .collect();
     Ok((scheduler.submit_with(task_sets, facts), count, None))
 }

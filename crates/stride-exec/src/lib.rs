@@ -20,6 +20,8 @@
 //! * [`seq`] — `MorselSeq`, the order a pipeline's output keeps;
 //! * [`buffer`] — materialized intermediate results kept in source order;
 //! * [`memory`] — the server-wide memory pool and each query's account;
+//! * [`alloc_guard`] — every allocation counted; a query that allocates
+//!   while the process is past its allocation limit fails alone;
 //! * [`spill`] — the spill area: Arrow IPC files for what a query's share
 //!   cannot hold, one directory per query, removed when the query ends;
 //! * [`operator`] — one module per operator: filter, projection, hash join,
@@ -36,6 +38,7 @@
 //! * [`executor`] — running a plan on a scheduler and collecting or
 //!   streaming its result.
 
+pub mod alloc_guard;
 pub mod buffer;
 pub mod cancel;
 pub mod error;

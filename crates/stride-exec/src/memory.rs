@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, RecordBatch};
 
+use crate::alloc_guard::AllocAccount;
 use crate::error::{ExecError, Result};
 use crate::spill::QuerySpill;
 
@@ -134,6 +135,9 @@ pub struct QueryMemory {
     /// Where the query's operators put what their share cannot hold;
     /// `None`: a refused charge fails the query (see [`crate::spill`]).
     spill: Option<Arc<QuerySpill>>,
+    /// What the allocation guard knows of the query: its tasks allocate on
+    /// it ([`crate::alloc_guard`]).
+    alloc: Arc<AllocAccount>,
 }
 
 impl QueryMemory {
@@ -155,7 +159,13 @@ impl QueryMemory {
             used: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             spill,
+            alloc: AllocAccount::new(),
         })
+    }
+
+    /// The query's account with the allocation guard.
+    pub fn alloc_account(&self) -> &Arc<AllocAccount> {
+        &self.alloc
     }
 
     /// The query's spill directory, where it has one.
@@ -321,7 +331,7 @@ pub fn available_memory() -> Option<usize> {
 }
 
 /// `RLIMIT_AS`, where one is set.
-fn address_space_limit() -> Option<usize> {
+pub(crate) fn address_space_limit() -> Option<usize> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -331,7 +341,7 @@ fn address_space_limit() -> Option<usize> {
     (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur as usize)
 }
 
-fn ram_and_cgroup() -> Option<usize> {
+pub(crate) fn ram_and_cgroup() -> Option<usize> {
     let ram = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {

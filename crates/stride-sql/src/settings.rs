@@ -10,6 +10,7 @@
 //! | `stride.static_priority`     | session | on / off: this session's queries never decay |
 //! | `stride.workers`             | engine  | read-only                               |
 //! | `stride.memory_limit`        | engine  | a size (`4GB`): all queries together     |
+//! | `stride.allocation_limit`    | engine  | a size, `unlimited`: the process's allocations |
 //! | `stride.query_memory_limit`  | session | a size: one query of this session        |
 //! | `stride.placement`           | session | first-touch, interleave, rr, pp, pax, default |
 //! | `stride.affinity`            | session | os, target, bound, auto, default        |

@@ -16,9 +16,12 @@ use stride_sql::{Engine, EngineConfig, Session};
 
 /// mimalloc keeps freed memory for reuse; with glibc's allocator every
 /// morsel-sized column (≥128 KiB) is a fresh mmap that the kernel zeroes.
-/// How it hands memory back is set in [`allocator::configure`].
+/// How it hands memory back is set in [`allocator::configure`]. Every
+/// allocation is counted by the allocation guard
+/// (`stride_exec::alloc_guard`, `--allocation-limit`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: stride_exec::alloc_guard::TrackingAllocator<mimalloc::MiMalloc> =
+    stride_exec::alloc_guard::TrackingAllocator(mimalloc::MiMalloc);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -148,6 +151,14 @@ struct GlobalArgs {
     /// `stride.query_memory_limit` (default half of --memory-limit).
     #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size)]
     query_memory_limit: Option<usize>,
+    /// Bytes the whole process may have allocated — tables, queries,
+    /// sessions, everything — before a query that allocates more fails
+    /// with SQLSTATE 53200 at its next task boundary, so that no query can
+    /// make an allocation fail and abort the server (default 90% of the
+    /// machine's or the cgroup's memory, or 60% of `ulimit -v`; `unlimited`
+    /// turns it off). `SET stride.allocation_limit` changes it.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_allocation_limit)]
+    allocation_limit: Option<usize>,
     /// Where queries spill what their memory share cannot hold: the server
     /// makes its directory `stride-<pid>` in this one (default the system's
     /// temporary directory), removes each query's files when it ends and
@@ -186,6 +197,14 @@ fn parse_memory_size(value: &str) -> std::result::Result<usize, String> {
             "expected a size such as 512MB or 4GB, got \"{value}\""
         )),
     }
+}
+
+/// Parses `--allocation-limit`: a size, or `unlimited` (`usize::MAX`).
+fn parse_allocation_limit(value: &str) -> std::result::Result<usize, String> {
+    if value.trim().eq_ignore_ascii_case("unlimited") {
+        return Ok(usize::MAX);
+    }
+    parse_memory_size(value)
 }
 
 /// Parses `--topology SPEC`.
@@ -428,6 +447,11 @@ fn start_traced(
         ),
         None => None,
     };
+    stride_exec::alloc_guard::set_limit(
+        global
+            .allocation_limit
+            .unwrap_or_else(stride_exec::alloc_guard::default_limit),
+    );
     let mut memory = stride_sql::MemoryConfig::default();
     if let Some(limit) = global.memory_limit {
         memory.limit = limit;

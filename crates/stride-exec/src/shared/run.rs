@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use stride_sched::{FinalizeContext, FollowUps, GroupFacts, QueryStats, Scheduler};
 use stride_sched::{TaskContext, TaskError, TaskOutcome, TaskSetWork};
 
+use crate::alloc_guard::{Accounted, AllocAccount};
 use crate::cancel::Canceller;
 use crate::error::Result;
 use crate::pipeline::Pipeline;
@@ -52,11 +53,12 @@ pub(crate) fn prepare(
     scheduler: &Scheduler,
     facts: GroupFacts,
     hub: &Arc<SharedScans>,
+    account: &Arc<AllocAccount>,
     on_running: &mut dyn FnMut(Option<Canceller>),
 ) -> Result<Prepared> {
     let Some(k) = shareable(&pipelines) else {
         return Ok(Prepared {
-            task_sets: task_sets(pipelines),
+            task_sets: task_sets(pipelines, account),
             facts,
             prelude: None,
         });
@@ -74,7 +76,7 @@ pub(crate) fn prepare(
         None
     } else {
         let handle = scheduler.submit_with(
-            task_sets(pre),
+            task_sets(pre, account),
             GroupFacts {
                 estimates: pre_estimates,
                 ..facts.clone()
@@ -111,8 +113,9 @@ pub(crate) fn prepare(
         morsel_max: pass.morsel_tuples_max,
     };
     // After: the shared pipeline's finalization, then the rest.
-    let mut sets: Vec<Arc<dyn TaskSetWork>> = vec![Arc::new(FinishShared(shared))];
-    sets.extend(task_sets(rest));
+    let mut sets: Vec<Arc<dyn TaskSetWork>> =
+        vec![Accounted::wrap(Arc::new(FinishShared(shared)), account)];
+    sets.extend(task_sets(rest, account));
     Ok(Prepared {
         task_sets: sets,
         facts: GroupFacts {
@@ -127,10 +130,12 @@ pub(crate) fn prepare(
     })
 }
 
-fn task_sets(pipelines: Vec<Pipeline>) -> Vec<Arc<dyn TaskSetWork>> {
+/// The member's own pipelines as task sets on its allocation account
+/// ([`crate::alloc_guard`]).
+fn task_sets(pipelines: Vec<Pipeline>, account: &Arc<AllocAccount>) -> Vec<Arc<dyn TaskSetWork>> {
     pipelines
         .into_iter()
-        .map(|p| Arc::new(p) as Arc<dyn TaskSetWork>)
+        .map(|p| Accounted::wrap(Arc::new(p), account))
         .collect()
 }
 

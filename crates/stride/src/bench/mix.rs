@@ -435,6 +435,7 @@ mod tests {
             plan_cache_size: None,
             temp_file_limit: None,
             query_memory_limit: None,
+            allocation_limit: None,
             data_dir: None,
             checkpoint_log_size: None,
         }
