@@ -109,12 +109,17 @@ def main():
     else:
         before = g.execute("show stride.allocation_limit").fetchone()[0]
         g.execute(f"set stride.allocation_limit = '{allocated // (1 << 20) + 3072}MB'")
-        for i in range(6):
-            probe(f"copy {i + 1} of lineitem",
-                  f"create table probe_copy_{i} as select * from {s}.lineitem", conn=g)
+        # Computed columns: a plain `select *` copy would share the stored
+        # table's buffers and allocate nothing.
+        for i in range(8):
+            probe(f"copy {i + 1} of lineitem (computed columns)",
+                  f"create table probe_copy_{i} as select l_orderkey + 1 as k, "
+                  f"l_partkey + 1 as p, l_extendedprice * 2 as e, l_comment || 'x' as c, "
+                  f"l_shipinstruct || 'y' as i from {s}.lineitem", conn=g)
         probe("allocation guard", "select allocated_bytes, allocation_limit_bytes, "
               "allocation_trips from stride.memory", conn=g)
-        for i in range(6):
+        probe("a short query after the copies", f"select count(*) from {s}.nation", conn=g)
+        for i in range(8):
             g.execute(f"drop table if exists probe_copy_{i}")
         g.execute(f"set stride.allocation_limit = '{before}'")
 
