@@ -436,6 +436,7 @@ mod tests {
             temp_file_limit: None,
             query_memory_limit: None,
             data_dir: None,
+            in_memory: false,
             checkpoint_log_size: None,
         }
     }
