@@ -183,6 +183,12 @@ struct GlobalArgs {
     /// 256MB). `SET stride.checkpoint_log_size` changes it.
     #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size, conflicts_with = "in_memory")]
     checkpoint_log_size: Option<usize>,
+    /// Rows (bytes in memory) from which one write — CREATE TABLE AS, COPY
+    /// FROM, INSERT … SELECT, an external table's rows — goes to a file of
+    /// its own, fsynced and named by a small log record, instead of into
+    /// the log (default 8MB). `SET stride.bulk_write_size` changes it.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size, conflicts_with = "in_memory")]
+    bulk_write_size: Option<usize>,
 }
 
 /// Where a command's data directory came from.
@@ -558,6 +564,11 @@ fn start_traced(
             checkpoint_log_bytes: global
                 .checkpoint_log_size
                 .map_or(stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES, |b| {
+                    b as u64
+                }),
+            bulk_write_bytes: global
+                .bulk_write_size
+                .map_or(stride_storage::durable::DEFAULT_BULK_WRITE_BYTES, |b| {
                     b as u64
                 }),
         };

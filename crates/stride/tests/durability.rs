@@ -19,15 +19,18 @@ mod common;
 
 use common::binary::{command, temp_dir, Server};
 
+/// Checkpoints after 64 kB of log, so that kills land in checkpoints too.
+const SMALL_CHECKPOINTS: [&str; 2] = ["--checkpoint-log-size", "64"];
+
 /// Starts `stride serve` on `dir` and waits until it accepts connections.
 fn start(dir: &Path) -> Server {
-    Server::on_dir(dir, None, &[])
+    Server::on_dir(dir, None, &SMALL_CHECKPOINTS)
 }
 
 /// [`start`], with `password` as the bootstrap superuser's (every client
 /// then authenticates by SCRAM).
 fn start_with(dir: &Path, password: Option<&str>) -> Server {
-    Server::on_dir(dir, password, &[])
+    Server::on_dir(dir, password, &SMALL_CHECKPOINTS)
 }
 
 async fn ids(addr: SocketAddr) -> Vec<i64> {

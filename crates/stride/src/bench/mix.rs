@@ -438,6 +438,7 @@ mod tests {
             data_dir: None,
             in_memory: false,
             checkpoint_log_size: None,
+            bulk_write_size: None,
         }
     }
 

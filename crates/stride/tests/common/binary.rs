@@ -60,14 +60,12 @@ impl Server {
         Ok(Server { child, addr })
     }
 
-    /// Starts a server on data directory `dir` (checkpoints after 64 kB of
-    /// log, so that kills land in checkpoints too), `password` as the
-    /// bootstrap superuser's.
+    /// Starts a server on data directory `dir` with the global flags
+    /// `extra`, `password` as the bootstrap superuser's.
     pub fn on_dir(dir: &Path, password: Option<&str>, extra: &[&str]) -> Server {
         let mut c = command();
         c.args(["--workers", "1", "--data-dir"])
             .arg(dir)
-            .args(["--checkpoint-log-size", "64"])
             .args(extra)
             .args(["serve", "--port", "0"]);
         if let Some(p) = password {
