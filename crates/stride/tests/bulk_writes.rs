@@ -106,7 +106,7 @@ fn a_server_killed_during_a_bulk_write_keeps_it_whole_or_not_at_all() {
     let dir = temp_dir("bulk-kill");
     let rt = common::client::runtime();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1818);
-    const ROWS: i64 = 1_000_000;
+    const ROWS: i64 = 2_000_000;
     let mut outcomes = (0, 0); // (absent, whole)
     for round in 0..6 {
         let s = start(&dir);
