@@ -3,7 +3,7 @@
 line per probe: what came back (rows, or the SQLSTATE), how long it took,
 and whether the server still answered afterwards.
 
-    stride --tpch 1 serve --port 5433 --memory-limit 4GB --query-memory-limit 1GB &
+    stride --tpch 1 --in-memory serve --port 5433 --memory-limit 4GB --query-memory-limit 1GB &
     python3 scripts/hostile_probes.py --port 5433 [--schema sf1]
 
 The CI suite (crates/stride/tests/hostile.rs, memory.rs, roles.rs,

@@ -1,6 +1,6 @@
 """A short query's latency over the wire with the plan cache off and on
 (`SET stride.plan_cache_size`), simple protocol and prepared, on one server
-started with `stride --tpch 0.1 serve --port PORT`.
+started with `stride --tpch 0.1 --in-memory serve --port PORT`.
 
     python3 scripts/plan_cache_wire.py PORT RUNS
 """

@@ -4,7 +4,8 @@
 #
 #   scripts/sharing_spin.sh BIN SF DURATION "C1 C2 …" OUTDIR [PORT]
 #
-# For each mode a fresh `BIN --tpch SF serve --sharing MODE` is started;
+# For each mode a fresh `BIN --tpch SF --in-memory serve --sharing MODE` is
+# started (no data directory: the user's default one is never touched);
 # for each C, `BIN --tpch SF bench spin --pg 127.0.0.1:PORT --queries q1,q6
 # --clients C --no-isolated` runs for DURATION seconds (drawn parameters,
 # short:long 3:1 over the one schema) and writes OUTDIR/MODE-C.json; the
@@ -30,7 +31,7 @@ PY
 echo "| sharing | C | completions/s (±2·SEM) | p50 ms | p90 ms | p99 ms | samples | errors |"
 echo "|---|---|---|---|---|---|---|---|"
 for mode in off scans; do
-  "$bin" --tpch "$sf" serve --port "$port" --sharing "$mode" >"$out/serve-$mode.log" 2>&1 &
+  "$bin" --tpch "$sf" --in-memory serve --port "$port" --sharing "$mode" >"$out/serve-$mode.log" 2>&1 &
   server=$!
   for _ in $(seq 1 600); do
     if psql -h 127.0.0.1 -p "$port" -U stride -d postgres -Atc "select 1" >/dev/null 2>&1; then break; fi

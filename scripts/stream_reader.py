@@ -5,7 +5,7 @@ stride.queries (pauses, spilled bytes, memory peak): the backpressure
 check of docs/experiments.md. With `named`, through a server-side cursor
 (DECLARE, then FETCH FORWARD 10000 per batch in a transaction).
 
-    stride --tpch 1 serve --port 5499 &
+    stride --tpch 1 --in-memory serve --port 5499 &
     python3 scripts/stream_reader.py 127.0.0.1 5499 64MB [named]
 """
 import sys, time, psycopg

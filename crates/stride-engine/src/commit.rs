@@ -3,13 +3,19 @@
 //! wins), applied all at once, and — with a data directory — logged under
 //! the catalog's writer lock, fsynced by group commit and published only
 //! once durable; an automatic checkpoint when the log has grown past its
-//! size. (The SQL front end's `txn` module says what a transaction is.)
+//! size. An operation that carries many rows (a table created or replaced,
+//! an append: CREATE TABLE AS, COPY FROM, INSERT … SELECT, an external
+//! table's rows) is a *bulk write*: its rows go to a file of their own,
+//! durable before the small record that names it is logged
+//! (`stride_storage::durable`). (The SQL front end's `txn` module says
+//! what a transaction is.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use stride_storage::catalog::CatalogOp;
-use stride_storage::{StorageError, Table};
+use stride_storage::durable::{BulkWrite, DataDir};
+use stride_storage::{wal, StorageError, Table};
 
 use crate::error::Result;
 use crate::Engine;
@@ -38,21 +44,29 @@ impl Engine {
     ) -> Result<()> {
         let catalog = self.catalog();
         let dir = self.data_dir();
-        // Encoding (the rows' IPC bytes) happens before the catalog's lock;
-        // which operations are logged is checked again under it.
+        // Encoding (the rows' IPC bytes, or a bulk write's file) happens
+        // before the catalog's lock; which operations are logged is checked
+        // again under it.
         let mut logged = Vec::with_capacity(ops.len());
         let mut encoded = Vec::new();
-        if dir.is_some() {
+        let mut bulk = Vec::new();
+        if let Some(d) = dir {
             for op in ops {
                 let log = catalog.read_state(|state| state.is_logged(op));
                 if log {
-                    encoded.push(stride_storage::wal::encode_op(op)?);
+                    match encode(d, op, &mut bulk) {
+                        Ok(bytes) => encoded.push(bytes),
+                        Err(e) => {
+                            d.discard_bulk(&bulk);
+                            return Err(e.into());
+                        }
+                    }
                 }
                 logged.push(log);
             }
         }
         let conflict = |what: String| StorageError::SerializationFailure(what);
-        let lsn = catalog.commit_durable(|state| {
+        let committed = catalog.commit_durable(|state| {
             for ((schema, table), t) in touched {
                 let now = state.table(schema, table);
                 let same = match (now, &t.base) {
@@ -79,10 +93,20 @@ impl Engine {
                     .map_err(|e| conflict(format!("another transaction committed first ({e})")))?;
             }
             match dir {
-                Some(d) if !encoded.is_empty() => d.append(&encoded).map(Some),
+                Some(d) if !encoded.is_empty() => d.append_with_bulk(&encoded, &bulk).map(Some),
                 _ => Ok(None),
             }
-        })?;
+        });
+        let lsn = match committed {
+            Ok(lsn) => lsn,
+            Err(e) => {
+                // No record names the bulk files: they are garbage.
+                if let Some(d) = dir {
+                    d.discard_bulk(&bulk);
+                }
+                return Err(e.into());
+            }
+        };
         if let (Some(d), Some(lsn)) = (dir, lsn) {
             d.wait_durable(lsn)?;
             catalog.publish(lsn);
@@ -96,4 +120,28 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// One logged operation's bytes: inline, or — when it carries at least the
+/// directory's `bulk_write_bytes` of rows — a record naming the bulk file
+/// its rows were written to (pushed to `bulk`).
+fn encode(
+    dir: &DataDir,
+    op: &CatalogOp,
+    bulk: &mut Vec<BulkWrite>,
+) -> std::result::Result<Vec<u8>, StorageError> {
+    if let Some((schema, blocks)) = wal::op_rows(op) {
+        let bytes: usize = blocks.iter().map(|b| b.get_array_memory_size()).sum();
+        if bytes as u64 >= dir.bulk_write_bytes() {
+            let table = match op {
+                CatalogOp::PutTable { table, .. } => Some(table),
+                _ => None,
+            };
+            let written = dir.write_bulk(&schema, blocks, table)?;
+            let bytes = wal::encode_op_in_file(op, &written.file);
+            bulk.push(written);
+            return bytes;
+        }
+    }
+    wal::encode_op(op)
 }

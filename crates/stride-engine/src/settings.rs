@@ -12,6 +12,7 @@
 //! | `stride.sharing_max_batch`   | an integer ≥ 1: most queries in one batch      |
 //! | `stride.temp_directory`      | an existing directory: where queries spill     |
 //! | `stride.checkpoint_log_size` | a size: log bytes that trigger a checkpoint    |
+//! | `stride.bulk_write_size`     | a size: rows of one write kept out of the log  |
 //! | `temp_file_limit`            | a size (no unit: kB), -1: spill files of one query |
 //!
 //! `stride.policy` is a property of the machine-wide scheduler: setting it
@@ -63,10 +64,14 @@ impl Engine {
                 let bytes = memory_size(name, value)?;
                 match self.data_dir() {
                     Some(dir) => dir.set_checkpoint_log_bytes(bytes as u64),
-                    None => return Err(EngineError::setting(
-                        SettingKind::ReadOnly,
-                        "stride.checkpoint_log_size needs a data directory (stride --data-dir DIR)",
-                    )),
+                    None => return Err(no_data_dir(name)),
+                }
+            }
+            "stride.bulk_write_size" => {
+                let bytes = memory_size(name, value)?;
+                match self.data_dir() {
+                    Some(dir) => dir.set_bulk_write_bytes(bytes as u64),
+                    None => return Err(no_data_dir(name)),
                 }
             }
             "temp_file_limit" => self.spill_area().set_file_limit(temp_file_limit(value)?),
@@ -96,13 +101,18 @@ impl Engine {
                 || "none (no data directory)".to_string(),
                 |d| show_size(d.checkpoint_log_bytes() as usize),
             ),
+            "stride.bulk_write_size" => self.data_dir().map_or_else(
+                || "none (no data directory)".to_string(),
+                |d| show_size(d.bulk_write_bytes() as usize),
+            ),
             "temp_file_limit" => show_temp_file_limit(self.spill_area().file_limit()),
             _ => return None,
         })
     }
 
     /// The engine-wide settings `SHOW ALL` lists, with their values
-    /// (`stride.checkpoint_log_size` is shown by name only).
+    /// (`stride.checkpoint_log_size` and `stride.bulk_write_size` are shown
+    /// by name only).
     pub fn all_settings(&self) -> Vec<(String, String)> {
         [
             "stride.policy",
@@ -118,6 +128,14 @@ impl Engine {
         .filter_map(|name| Some((name.to_string(), self.show_setting(name)?)))
         .collect()
     }
+}
+
+/// A data directory setting set without a data directory.
+fn no_data_dir(name: &str) -> EngineError {
+    EngineError::setting(
+        SettingKind::ReadOnly,
+        format!("{name} needs a data directory (the process runs --in-memory)"),
+    )
 }
 
 /// A PostgreSQL time setting in milliseconds: a number with an optional
@@ -308,6 +326,17 @@ mod tests {
                 ..
             }
         ));
+        let e = engine
+            .set_setting("stride.bulk_write_size", "64MB")
+            .unwrap_err();
+        assert!(
+            matches!(e, EngineError::Setting { kind: SettingKind::ReadOnly, ref message } if message.contains("--in-memory")),
+            "{e}"
+        );
+        assert_eq!(
+            engine.show_setting("stride.bulk_write_size").unwrap(),
+            "none (no data directory)"
+        );
         // Not the engine's: the session's to handle.
         assert!(!engine.set_setting("statement_timeout", "1s").unwrap());
         assert_eq!(engine.show_setting("statement_timeout"), None);

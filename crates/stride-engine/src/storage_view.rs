@@ -1,5 +1,5 @@
 //! The system views of the data directory: `stride.storage` (one row: the
-//! log, the last checkpoint, commits and fsyncs) and `stride.storage_tables`
+//! log, the last checkpoint, commits and fsyncs, bulk writes' files) and `stride.storage_tables`
 //! (one row per table: rows, bytes in memory, whether it is persisted —
 //! generated benchmark schemas are not).
 
@@ -35,6 +35,10 @@ pub fn storage_table(dir: Option<&Arc<DataDir>>) -> Result<Table> {
         Field::new("checkpoint_tables", DataType::Int64, true),
         Field::new("checkpoint_bytes", DataType::Int64, true),
         Field::new("checkpoint_log_size", DataType::Int64, true),
+        // Bulk writes' files named by records after the last checkpoint.
+        Field::new("bulk_files", DataType::Int64, false),
+        Field::new("bulk_bytes", DataType::Int64, false),
+        Field::new("bulk_write_size", DataType::Int64, true),
     ]));
     let status = dir.map(|d| d.status());
     let int = |v: Option<u64>| -> ArrayRef {
@@ -68,6 +72,9 @@ pub fn storage_table(dir: Option<&Arc<DataDir>>) -> Result<Table> {
         int(checkpoint.as_ref().map(|c| c.tables as u64)),
         int(checkpoint.as_ref().map(|c| c.bytes)),
         int(status.as_ref().map(|s| s.checkpoint_log_bytes)),
+        figure(|s| s.bulk_files as u64),
+        figure(|s| s.bulk_bytes),
+        int(status.as_ref().map(|s| s.bulk_write_bytes)),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     Ok(Table::new("storage".to_string(), schema, vec![batch])?)

@@ -10,6 +10,8 @@
 //!    checkpoints/<LSN>/security.bin  the security catalog (roles, owners,
 //!                               grants) as the SQL layer encoded it
 //!    wal/<start LSN>.log        log segments (format: [`crate::wal`])
+//!    bulk/<id>.arrow            the rows of a bulk write (an Arrow IPC stream),
+//!                               named by a log record after the checkpoint
 //! ```
 //!
 //! **Invariant: nothing acknowledged is lost.** A commit appends its record
@@ -39,6 +41,28 @@
 //! A crash at any step leaves either the old manifest with all the segments
 //! it needs, or the new one: recovery removes the leftovers.
 //!
+//! **Bulk writes.** A commit whose `PutTable` or `Append` carries at least
+//! `bulk_write_bytes` of rows (CREATE TABLE AS, COPY FROM, INSERT …
+//! SELECT, an external table's rows) does not copy them into the log: they
+//! are written to `bulk/<id>.arrow`, which is fsynced with its directory
+//! before the commit appends a small record naming the file with its length
+//! and CRC-32 ([`DataDir::write_bulk`], [`wal::encode_op_in_file`]). The
+//! record is the commit point: a crash before it leaves a file no record
+//! names, which recovery removes; a crash after it finds the file, whole,
+//! because it was durable before the record was written. Recovery reads a
+//! named file and refuses the directory when it is missing or its length or
+//! checksum differ from the record's (the commit may have been
+//! acknowledged). A checkpoint holds the rows itself and then deletes the
+//! files of records it covers. Bulk files count towards the log size that
+//! triggers an automatic checkpoint.
+//!
+//! **Unchanged tables are linked, not written.** A checkpoint's file for a
+//! table whose snapshot is the very one a bulk file or the last
+//! checkpoint's file holds (the same `Arc`, tracked by a `Weak`) is a hard
+//! link to that file — durable already, the same bytes `write_table` would
+//! write — so a checkpoint after a bulk load, or of a catalog where one
+//! table changed, writes only what changed.
+//!
 //! **Recovery** refuses what it cannot read with certainty — an unknown
 //! format version, a corrupt manifest or table file, a gap between
 //! segments, a corrupt record before the last segment's end — rather than
@@ -62,7 +86,7 @@ use arrow::ipc::writer::StreamWriter;
 use crate::catalog::{Catalog, CatalogOp};
 use crate::error::{Result, StorageError};
 use crate::table::Table;
-use crate::wal;
+use crate::wal::{self, FileRef};
 
 /// The manifest's format version.
 const FORMAT_VERSION: &str = "1";
@@ -70,6 +94,11 @@ const FORMAT_VERSION: &str = "1";
 const SECURITY_FILE: &str = "security.bin";
 /// Log bytes after which a commit triggers a checkpoint, unless configured.
 pub const DEFAULT_CHECKPOINT_LOG_BYTES: u64 = 256 << 20;
+/// Bytes of rows (in memory) from which one operation of a commit is a
+/// bulk write, unless configured.
+pub const DEFAULT_BULK_WRITE_BYTES: u64 = 8 << 20;
+/// The folder of bulk writes' files.
+const BULK_DIR: &str = "bulk";
 
 /// How to open a data directory.
 #[derive(Debug, Clone)]
@@ -78,6 +107,9 @@ pub struct DataDirConfig {
     /// Log bytes since the last checkpoint after which a commit triggers
     /// one (`stride.checkpoint_log_size`).
     pub checkpoint_log_bytes: u64,
+    /// Bytes of rows from which a `PutTable` or `Append` is written as a
+    /// bulk file rather than into the log (`stride.bulk_write_size`).
+    pub bulk_write_bytes: u64,
 }
 
 /// The last checkpoint.
@@ -97,6 +129,11 @@ pub struct RecoveryReport {
     pub checkpoint_lsn: Option<u64>,
     pub tables_loaded: usize,
     pub records_replayed: usize,
+    /// Bulk files the replayed records named, and their bytes.
+    pub bulk_files_loaded: usize,
+    pub bulk_bytes_loaded: u64,
+    /// Bulk files no record named (a crash before their commit), removed.
+    pub bulk_files_removed: usize,
     /// Bytes of a torn tail cut off the last segment.
     pub torn_bytes_cut: u64,
     pub elapsed: Duration,
@@ -113,6 +150,11 @@ pub struct DataDirStatus {
     pub flushed_lsn: u64,
     pub checkpoint: Option<CheckpointInfo>,
     pub checkpoint_log_bytes: u64,
+    /// Bulk files on disk (named by records after the last checkpoint), and
+    /// their bytes.
+    pub bulk_files: usize,
+    pub bulk_bytes: u64,
+    pub bulk_write_bytes: u64,
     pub commits: u64,
     pub fsyncs: u64,
 }
@@ -129,13 +171,52 @@ pub struct DataDir {
     flushed: Condvar,
     /// Held while a checkpoint runs (one at a time); the last one's info.
     checkpoint: Mutex<Option<CheckpointInfo>>,
+    /// The last checkpoint's table files, each with the table snapshot it
+    /// holds while that lives: the next checkpoint links the file of a
+    /// table that did not change instead of writing it again. Used only
+    /// while `checkpoint` is held.
+    checkpoint_files: Mutex<Vec<TableFile>>,
     /// Relaxed: a plain setting.
     checkpoint_log_bytes: AtomicU64,
+    /// Relaxed: a plain setting.
+    bulk_write_bytes: AtomicU64,
+    /// The next bulk file's id (Relaxed: only its uniqueness matters, and
+    /// `fetch_add` gives that under any ordering).
+    bulk_next: AtomicU64,
+    /// Bulk files named by records after the last checkpoint.
+    bulk: Mutex<Vec<BulkFile>>,
     /// Records appended (Relaxed: statistics).
     commits: AtomicU64,
     /// fsyncs of the log (Relaxed: statistics).
     fsyncs: AtomicU64,
     recovery: RecoveryReport,
+}
+
+/// A bulk file a log record names.
+#[derive(Debug, Clone)]
+struct BulkFile {
+    /// The naming record's LSN.
+    lsn: u64,
+    name: String,
+    len: u64,
+    /// The table whose rows it holds exactly, while that snapshot lives (a
+    /// `PutTable`'s): a checkpoint links the file for it.
+    table: Option<std::sync::Weak<Table>>,
+}
+
+/// A file that holds exactly a table's snapshot (the table's schema and
+/// blocks as one Arrow IPC stream).
+#[derive(Debug, Clone)]
+struct TableFile {
+    table: std::sync::Weak<Table>,
+    path: PathBuf,
+}
+
+/// A bulk file written for a commit not yet appended.
+#[derive(Debug, Clone)]
+pub struct BulkWrite {
+    pub file: FileRef,
+    table: Option<std::sync::Weak<Table>>,
 }
 
 #[derive(Debug)]
@@ -169,9 +250,10 @@ impl DataDir {
         let _ = fs::remove_file(path.join("manifest.tmp"));
         let manifest = read_manifest(&path)?;
         let mut checkpoint = None;
+        let mut checkpoint_files = Vec::new();
         let c = match &manifest {
             Some(m) => {
-                let (tables, bytes) = load_checkpoint(&path, m, catalog)?;
+                let (tables, bytes) = load_checkpoint(&path, m, catalog, &mut checkpoint_files)?;
                 report.checkpoint_lsn = Some(m.lsn);
                 report.tables_loaded = tables;
                 checkpoint = Some(CheckpointInfo {
@@ -185,7 +267,8 @@ impl DataDir {
             None => 0,
         };
         remove_other_checkpoints(&path, manifest.as_ref().map(|m| m.lsn))?;
-        let log = replay(&path, c, catalog, &mut report)?;
+        let (log, bulk) = replay(&path, c, catalog, &mut report)?;
+        let bulk_next = clean_bulk_dir(&path, &bulk, &mut report)?;
         report.elapsed = started.elapsed();
         Ok(DataDir {
             path,
@@ -193,7 +276,11 @@ impl DataDir {
             log: Mutex::new(log),
             flushed: Condvar::new(),
             checkpoint: Mutex::new(checkpoint),
+            checkpoint_files: Mutex::new(checkpoint_files),
             checkpoint_log_bytes: AtomicU64::new(config.checkpoint_log_bytes),
+            bulk_write_bytes: AtomicU64::new(config.bulk_write_bytes),
+            bulk_next: AtomicU64::new(bulk_next),
+            bulk: Mutex::new(bulk),
             commits: AtomicU64::new(0),
             fsyncs: AtomicU64::new(0),
             recovery: report,
@@ -217,6 +304,14 @@ impl DataDir {
     /// returns its LSN, durable once [`DataDir::wait_durable`] returns.
     /// Callers append in commit order (under the catalog's write lock).
     pub fn append(&self, ops: &[Vec<u8>]) -> Result<u64> {
+        self.append_with_bulk(ops, &[])
+    }
+
+    /// [`DataDir::append`] of a record that names the bulk files `bulk`
+    /// ([`wal::encode_op_in_file`]), written by [`DataDir::write_bulk`]:
+    /// from here on they belong to the log (a checkpoint that covers the
+    /// record deletes them); on `Err` they are still the caller's.
+    pub fn append_with_bulk(&self, ops: &[Vec<u8>], bulk: &[BulkWrite]) -> Result<u64> {
         let record = wal::frame(&wal::payload(ops));
         let mut log = self.lock_log();
         check_failed(&log)?;
@@ -231,8 +326,73 @@ impl DataDir {
         }
         log.segment_len += record.len() as u64;
         log.end += record.len() as u64;
+        let lsn = log.end;
+        drop(log);
         self.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(log.end)
+        if !bulk.is_empty() {
+            // Still under the caller's catalog write lock: no checkpoint
+            // rotates the log before these are listed with their LSN.
+            self.lock_bulk().extend(bulk.iter().map(|w| BulkFile {
+                lsn,
+                name: w.file.name.clone(),
+                len: w.file.len,
+                table: w.table.clone(),
+            }));
+        }
+        Ok(lsn)
+    }
+
+    fn lock_bulk(&self) -> MutexGuard<'_, Vec<BulkFile>> {
+        self.bulk.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes of rows from which an operation is a bulk write.
+    pub fn bulk_write_bytes(&self) -> u64 {
+        self.bulk_write_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn set_bulk_write_bytes(&self, bytes: u64) {
+        self.bulk_write_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Writes `blocks` (rows of `schema`; all of `table`'s when it is a
+    /// `PutTable`'s) to a new file in `bulk/` as an Arrow IPC stream,
+    /// computing its CRC-32 as it goes, and fsyncs the file and the folder:
+    /// durable before any record names it. The caller appends the record
+    /// ([`DataDir::append_with_bulk`]) or, when its commit fails,
+    /// [`DataDir::discard_bulk`]s the file.
+    pub fn write_bulk(
+        &self,
+        schema: &arrow::datatypes::SchemaRef,
+        blocks: &[RecordBatch],
+        table: Option<&Arc<Table>>,
+    ) -> Result<BulkWrite> {
+        let id = self.bulk_next.fetch_add(1, Ordering::Relaxed);
+        let name = bulk_file_name(id);
+        let folder = self.path.join(BULK_DIR);
+        let path = folder.join(&name);
+        let written = write_stream_with_crc(&path, schema, blocks).and_then(|(len, crc)| {
+            sync_dir(&folder)?;
+            Ok((len, crc))
+        });
+        match written {
+            Ok((len, crc)) => Ok(BulkWrite {
+                file: FileRef { name, len, crc },
+                table: table.map(Arc::downgrade),
+            }),
+            Err(e) => {
+                let _ = fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes bulk files whose commit failed (no record names them;
+    /// recovery would remove them too).
+    pub fn discard_bulk(&self, bulk: &[BulkWrite]) {
+        for w in bulk {
+            let _ = fs::remove_file(self.path.join(BULK_DIR).join(&w.file.name));
+        }
     }
 
     /// Returns when every record up to `lsn` is on disk (group commit: see
@@ -267,9 +427,13 @@ impl DataDir {
 
     /// Whether the log grew past the checkpoint threshold since the last
     /// checkpoint.
+    /// Bulk files count as log: they are replayed too, and a table replaced
+    /// again and again would otherwise pile up files until a checkpoint.
     pub fn wants_checkpoint(&self) -> bool {
+        let bulk: u64 = self.lock_bulk().iter().map(|b| b.len).sum();
         let log = self.lock_log();
-        log.segment_len - wal::SEGMENT_HEADER >= self.checkpoint_log_bytes.load(Ordering::Relaxed)
+        log.segment_len - wal::SEGMENT_HEADER + bulk
+            >= self.checkpoint_log_bytes.load(Ordering::Relaxed)
     }
 
     pub fn checkpoint_log_bytes(&self) -> u64 {
@@ -326,12 +490,41 @@ impl DataDir {
         let mut entries = ManifestBuilder::default();
         let mut bytes = 0;
         let mut tables = 0;
+        // Tables unchanged since their bulk write or the last checkpoint:
+        // that file holds them already.
+        let mut linkable: Vec<(Arc<Table>, PathBuf)> = self
+            .lock_bulk()
+            .iter()
+            .filter(|b| b.lsn <= lsn)
+            .filter_map(|b| {
+                let table = b.table.as_ref()?.upgrade()?;
+                Some((table, self.path.join(BULK_DIR).join(&b.name)))
+            })
+            .collect();
+        let mut previous = self
+            .checkpoint_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        linkable.extend(
+            previous
+                .iter()
+                .filter_map(|f| Some((f.table.upgrade()?, f.path.clone()))),
+        );
+        let mut files = Vec::new();
         for (schema, list) in &schemas {
             entries.push("schema", schema, None, None, 0);
             for table in list {
                 let file = format!("{tables}.arrow");
                 let path = dir.join(&file);
-                bytes += write_table(&path, table)?;
+                let same = linkable.iter().find(|(t, _)| Arc::ptr_eq(t, table));
+                bytes += match same {
+                    Some((_, from)) => link_file(from, &path)?,
+                    None => write_table(&path, table)?,
+                };
+                files.push(TableFile {
+                    table: Arc::downgrade(table),
+                    path: path.clone(),
+                });
                 entries.push(
                     "table",
                     schema,
@@ -382,6 +575,8 @@ impl DataDir {
         fs::rename(&tmp, &manifest).map_err(|e| StorageError::io(&manifest, e))?;
         sync_dir(&self.path)?;
         // The new checkpoint is durable: what came before it may go.
+        *previous = files;
+        drop(previous);
         remove_other_checkpoints(&self.path, Some(lsn))?;
         let removed = remove_segments_before(&self.path.join("wal"), lsn)?;
         {
@@ -389,6 +584,7 @@ impl DataDir {
             log.older_bytes = log.older_bytes.saturating_sub(removed.1);
             log.older_segments = log.older_segments.saturating_sub(removed.0);
         }
+        self.remove_bulk_through(lsn)?;
         let info = CheckpointInfo {
             lsn,
             time,
@@ -397,6 +593,30 @@ impl DataDir {
         };
         *last = Some(info.clone());
         Ok(info)
+    }
+
+    /// Deletes the bulk files of records at or before `lsn` (a durable
+    /// checkpoint holds their rows).
+    fn remove_bulk_through(&self, lsn: u64) -> Result<()> {
+        let covered: Vec<BulkFile> = {
+            let mut bulk = self.lock_bulk();
+            let (covered, kept) = bulk.drain(..).partition(|b| b.lsn <= lsn);
+            *bulk = kept;
+            covered
+        };
+        if covered.is_empty() {
+            return Ok(());
+        }
+        let folder = self.path.join(BULK_DIR);
+        for b in &covered {
+            let p = folder.join(&b.name);
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io(&p, e)),
+            }
+        }
+        sync_dir(&folder)
     }
 
     /// Makes everything appended durable and starts a new segment at the
@@ -433,9 +653,16 @@ impl DataDir {
             // waiting for it; report none rather than block a query.
             Err(std::sync::TryLockError::WouldBlock) => None,
         };
+        let (bulk_files, bulk_bytes) = {
+            let bulk = self.lock_bulk();
+            (bulk.len(), bulk.iter().map(|b| b.len).sum())
+        };
         let log = self.lock_log();
         DataDirStatus {
             path: self.path.clone(),
+            bulk_files,
+            bulk_bytes,
+            bulk_write_bytes: self.bulk_write_bytes(),
             log_bytes: log.older_bytes + log.segment_len,
             log_segments: log.older_segments + 1,
             end_lsn: log.end,
@@ -569,9 +796,16 @@ fn remove_segments_before(wal_dir: &Path, lsn: u64) -> Result<(usize, u64)> {
 }
 
 /// Replays the log after checkpoint LSN `c` into `catalog`; returns the
-/// state to append from.
-fn replay(path: &Path, c: u64, catalog: &Catalog, report: &mut RecoveryReport) -> Result<LogState> {
+/// state to append from and the bulk files the replayed records name.
+fn replay(
+    path: &Path,
+    c: u64,
+    catalog: &Catalog,
+    report: &mut RecoveryReport,
+) -> Result<(LogState, Vec<BulkFile>)> {
     let wal_dir = path.join("wal");
+    let bulk_dir = path.join(BULK_DIR);
+    let mut bulk = Vec::new();
     let mut segs = segments(&wal_dir)?;
     // Segments wholly before the checkpoint (a crash after its manifest
     // was renamed, before they were deleted).
@@ -620,8 +854,32 @@ fn replay(path: &Path, c: u64, catalog: &Catalog, report: &mut RecoveryReport) -
             if *lsn <= c {
                 continue;
             }
-            let ops = wal::decode_payload(payload)
-                .map_err(|e| unrecoverable(&seg_path, format!("the record at LSN {lsn}: {e}")))?;
+            let decoded =
+                wal::decode_payload_files(payload, &mut |f: &FileRef| read_bulk(&bulk_dir, f))
+                    .map_err(|e| match e {
+                        e @ StorageError::Unrecoverable { .. } => e,
+                        e => unrecoverable(&seg_path, format!("the record at LSN {lsn}: {e}")),
+                    })?;
+            let mut ops = Vec::with_capacity(decoded.len());
+            for (op, file) in decoded {
+                if let Some(f) = file {
+                    report.bulk_files_loaded += 1;
+                    report.bulk_bytes_loaded += f.len;
+                    // A table put whole from the file: a checkpoint links
+                    // the file while the table is unchanged.
+                    let table = match &op {
+                        CatalogOp::PutTable { table, .. } => Some(Arc::downgrade(table)),
+                        _ => None,
+                    };
+                    bulk.push(BulkFile {
+                        lsn: *lsn,
+                        name: f.name,
+                        len: f.len,
+                        table,
+                    });
+                }
+                ops.push(op);
+            }
             catalog
                 .commit(|state| {
                     for op in &ops {
@@ -679,7 +937,7 @@ fn replay(path: &Path, c: u64, catalog: &Catalog, report: &mut RecoveryReport) -
             (file, path, wal::SEGMENT_HEADER)
         }
     };
-    Ok(LogState {
+    let log = LogState {
         file: Arc::new(file),
         segment_path,
         segment_len,
@@ -689,7 +947,158 @@ fn replay(path: &Path, c: u64, catalog: &Catalog, report: &mut RecoveryReport) -
         failed: None,
         older_bytes: older.1,
         older_segments: older.0,
-    })
+    };
+    Ok((log, bulk))
+}
+
+/// A bulk file's name for id `id`.
+fn bulk_file_name(id: u64) -> String {
+    format!("{id:020}.arrow")
+}
+
+/// The id in a bulk file's name, if it is one.
+fn bulk_file_id(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".arrow")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// The rows of the bulk file `f` names, once its length and checksum are
+/// the record's; a file that is missing or differs refuses the directory
+/// (its commit may have been acknowledged).
+fn read_bulk(
+    folder: &Path,
+    f: &FileRef,
+) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+    if bulk_file_id(&f.name).is_none() {
+        return Err(unrecoverable(
+            folder,
+            format!(
+                "a log record names bulk file \"{}\", not a bulk file's name",
+                f.name
+            ),
+        ));
+    }
+    let path = folder.join(&f.name);
+    let data = fs::read(&path)
+        .map_err(|e| unrecoverable(&path, format!("a bulk file a log record names: {e}")))?;
+    if data.len() as u64 != f.len {
+        return Err(unrecoverable(
+            &path,
+            format!(
+                "the bulk file holds {} bytes, its log record says {} (torn or truncated)",
+                data.len(),
+                f.len
+            ),
+        ));
+    }
+    let crc = wal::crc32(&data);
+    if crc != f.crc {
+        return Err(unrecoverable(
+            &path,
+            format!(
+                "the bulk file's CRC-32 is {crc:08x}, its log record says {:08x}",
+                f.crc
+            ),
+        ));
+    }
+    wal::read_ipc_stream(&data).map_err(|e| unrecoverable(&path, format!("corrupt bulk file: {e}")))
+}
+
+/// Creates `bulk/` if needed and removes every bulk file no replayed record
+/// names — written for a commit a crash (or a failure) stopped before its
+/// record, or covered by the checkpoint; returns the next file id.
+fn clean_bulk_dir(path: &Path, named: &[BulkFile], report: &mut RecoveryReport) -> Result<u64> {
+    let folder = path.join(BULK_DIR);
+    if !folder.is_dir() {
+        fs::create_dir_all(&folder).map_err(|e| StorageError::io(&folder, e))?;
+        sync_dir(path)?;
+    }
+    let keep: std::collections::HashSet<&str> = named.iter().map(|b| b.name.as_str()).collect();
+    let mut next = 0;
+    let entries = fs::read_dir(&folder).map_err(|e| StorageError::io(&folder, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StorageError::io(&folder, e))?;
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(bulk_file_id) else {
+            continue;
+        };
+        next = next.max(id + 1);
+        if !keep.contains(name.to_str().unwrap_or_default()) {
+            let p = entry.path();
+            fs::remove_file(&p).map_err(|e| StorageError::io(&p, e))?;
+            report.bulk_files_removed += 1;
+        }
+    }
+    if report.bulk_files_removed > 0 {
+        sync_dir(&folder)?;
+    }
+    for b in named {
+        if let Some(id) = bulk_file_id(&b.name) {
+            next = next.max(id + 1);
+        }
+    }
+    Ok(next)
+}
+
+/// An `io::Write` that counts and checksums what passes through it.
+struct CrcWriter<W> {
+    inner: W,
+    crc: wal::Crc32,
+    len: u64,
+}
+
+impl<W: Write> Write for CrcWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes `blocks` as an Arrow IPC stream to a new file at `path` and
+/// fsyncs it; returns its length and CRC-32.
+fn write_stream_with_crc(
+    path: &Path,
+    schema: &arrow::datatypes::SchemaRef,
+    blocks: &[RecordBatch],
+) -> Result<(u64, u32)> {
+    let mut w = CrcWriter {
+        inner: std::io::BufWriter::with_capacity(1 << 20, create_file(path)?),
+        crc: wal::Crc32::default(),
+        len: 0,
+    };
+    {
+        let mut stream = StreamWriter::try_new(&mut w, schema)?;
+        for b in blocks {
+            stream.write(b)?;
+        }
+        stream.finish()?;
+    }
+    let (len, crc) = (w.len, w.crc.finish());
+    let f = w
+        .inner
+        .into_inner()
+        .map_err(|e| StorageError::io(path, e.into_error()))?;
+    f.sync_all().map_err(|e| StorageError::io(path, e))?;
+    Ok((len, crc))
+}
+
+/// A checkpoint's table file as a hard link to a bulk file that holds the
+/// same rows (durable already); returns its bytes.
+fn link_file(from: &Path, to: &Path) -> Result<u64> {
+    // A failed checkpoint at the same LSN may have left the name behind.
+    let _ = fs::remove_file(to);
+    fs::hard_link(from, to).map_err(|e| StorageError::io(to, e))?;
+    fs::metadata(to)
+        .map(|m| m.len())
+        .map_err(|e| StorageError::io(to, e))
 }
 
 /// Deletes checkpoint directories other than `keep`'s.
@@ -835,7 +1244,12 @@ fn disagrees(path: &Path, what: &str, holds: usize, unit: &str, manifest: u64) -
 }
 
 /// Loads a checkpoint's schemas and tables; returns (tables, bytes).
-fn load_checkpoint(path: &Path, m: &Manifest, catalog: &Catalog) -> Result<(usize, u64)> {
+fn load_checkpoint(
+    path: &Path,
+    m: &Manifest,
+    catalog: &Catalog,
+    files: &mut Vec<TableFile>,
+) -> Result<(usize, u64)> {
     let dir = path.join("checkpoints").join(format!("{:020}", m.lsn));
     let mpath = path.join("manifest");
     let bad = |why: String| unrecoverable(&mpath, why);
@@ -878,9 +1292,14 @@ fn load_checkpoint(path: &Path, m: &Manifest, catalog: &Catalog) -> Result<(usiz
                             rows.value(i),
                         ));
                     }
+                    let t = Arc::new(t);
+                    files.push(TableFile {
+                        table: Arc::downgrade(&t),
+                        path: fpath.clone(),
+                    });
                     ops.push(CatalogOp::PutTable {
                         schema: s,
-                        table: Arc::new(t),
+                        table: t,
                     });
                     tables += 1;
                 }
@@ -936,6 +1355,7 @@ mod tests {
         DataDirConfig {
             path: path.to_path_buf(),
             checkpoint_log_bytes: DEFAULT_CHECKPOINT_LOG_BYTES,
+            bulk_write_bytes: DEFAULT_BULK_WRITE_BYTES,
         }
     }
 
@@ -1089,6 +1509,207 @@ mod tests {
         let catalog = Catalog::new();
         let _dir = DataDir::open(&config(&path), &catalog).unwrap();
         assert_eq!(rows(&catalog), 4);
+        drop(_dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    /// Commits `op` as a bulk write, as the engine does for large ones.
+    fn commit_bulk(dir: &DataDir, catalog: &Catalog, op: CatalogOp) -> FileRef {
+        let written = write_bulk_for(dir, &op);
+        let encoded = vec![wal::encode_op_in_file(&op, &written.file).unwrap()];
+        let lsn = catalog
+            .commit(|state| {
+                state.apply(&op)?;
+                dir.append_with_bulk(&encoded, std::slice::from_ref(&written))
+            })
+            .unwrap();
+        dir.wait_durable(lsn).unwrap();
+        written.file
+    }
+
+    fn write_bulk_for(dir: &DataDir, op: &CatalogOp) -> BulkWrite {
+        let (schema, blocks) = wal::op_rows(op).unwrap();
+        let table = match op {
+            CatalogOp::PutTable { table, .. } => Some(table),
+            _ => None,
+        };
+        dir.write_bulk(&schema, blocks, table).unwrap()
+    }
+
+    fn put_big(rows: i64) -> CatalogOp {
+        let b = ids(0..rows);
+        CatalogOp::PutTable {
+            schema: "s".into(),
+            table: Arc::new(Table::new("big", b.schema(), vec![b]).unwrap()),
+        }
+    }
+
+    fn bulk_names(path: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(path.join(BULK_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_bulk_write_is_found_after_a_crash_and_a_checkpoint_links_it() {
+        use std::os::unix::fs::MetadataExt;
+        let path = temp_dir("bulk");
+        let file = {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            create_t(&dir, &catalog);
+            let log_before = dir.status().log_bytes;
+            let file = commit_bulk(&dir, &catalog, put_big(100_000));
+            // An append as a bulk write too.
+            commit_bulk(
+                &dir,
+                &catalog,
+                CatalogOp::Append {
+                    schema: "s".into(),
+                    table: "t".into(),
+                    blocks: vec![ids(3..50_000)],
+                },
+            );
+            let status = dir.status();
+            // The log holds two small records, not 1.2 MB of rows.
+            assert!(status.log_bytes - log_before < 300, "{status:?}");
+            assert_eq!((status.bulk_files, status.commits), (2, 3));
+            assert!(status.bulk_bytes > 1_000_000);
+            // Bulk files count towards the automatic checkpoint.
+            assert!(!dir.wants_checkpoint());
+            dir.set_checkpoint_log_bytes(1 << 20);
+            assert!(dir.wants_checkpoint());
+            file
+            // Dropped without a checkpoint: what SIGKILL after the commits
+            // leaves on disk.
+        };
+        let catalog = Catalog::new();
+        let dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(catalog.table("s", "big").unwrap().num_rows(), 100_000);
+        assert_eq!(rows(&catalog), 50_000);
+        let r = dir.recovery();
+        assert_eq!((r.bulk_files_loaded, r.bulk_files_removed), (2, 0));
+        assert_eq!(bulk_names(&path).len(), 2);
+        // A checkpoint after the replay: the table put whole from its bulk
+        // file and unchanged since becomes the checkpoint's by a hard link
+        // (the appended table is written), and the covered files go.
+        let inode = |p: &Path| fs::metadata(p).unwrap().ino();
+        let linked = |info: &CheckpointInfo, ino: u64| {
+            let ckpt = path.join("checkpoints").join(format!("{:020}", info.lsn));
+            fs::read_dir(&ckpt)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().metadata().unwrap().ino() == ino)
+                .count()
+        };
+        let replayed = inode(&path.join(BULK_DIR).join(&file.name));
+        let info = dir.checkpoint(&catalog).unwrap();
+        assert_eq!(
+            linked(&info, replayed),
+            1,
+            "the checkpoint links the bulk file"
+        );
+        assert!(bulk_names(&path).is_empty());
+        // A bulk write of this process, then a checkpoint: linked too.
+        commit_bulk(&dir, &catalog, put_big(70_000));
+        let newest = bulk_names(&path).pop().unwrap();
+        let ino = inode(&path.join(BULK_DIR).join(&newest));
+        let info = dir.checkpoint(&catalog).unwrap();
+        assert!(bulk_names(&path).is_empty());
+        assert_eq!(dir.status().bulk_files, 0);
+        assert_eq!(linked(&info, ino), 1);
+        // A table changed since its bulk write is written, not linked.
+        commit_bulk(&dir, &catalog, put_big(60_000));
+        let newest = bulk_names(&path).pop().unwrap();
+        let ino = inode(&path.join(BULK_DIR).join(&newest));
+        commit(
+            &dir,
+            &catalog,
+            vec![CatalogOp::Append {
+                schema: "s".into(),
+                table: "big".into(),
+                blocks: vec![ids(60_000..60_005)],
+            }],
+        );
+        let info = dir.checkpoint(&catalog).unwrap();
+        assert_eq!(linked(&info, ino), 0);
+        drop(dir);
+        let catalog = Catalog::new();
+        let dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(catalog.table("s", "big").unwrap().num_rows(), 60_005);
+        assert_eq!(rows(&catalog), 50_000);
+        assert_eq!(dir.recovery().bulk_files_loaded, 0);
+        drop(dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_crash_before_the_commit_record_leaves_no_table_and_no_file() {
+        let path = temp_dir("bulk-before");
+        {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            create_t(&dir, &catalog);
+            // Written and fsynced, but the process dies before the record.
+            write_bulk_for(&dir, &put_big(20_000));
+            // And one torn mid-write, under a later id.
+            let torn = path.join(BULK_DIR).join(bulk_file_name(7));
+            fs::write(&torn, b"ARROW half a stream").unwrap();
+            assert_eq!(bulk_names(&path).len(), 2);
+        }
+        let catalog = Catalog::new();
+        let dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert!(catalog.table("s", "big").is_err());
+        assert_eq!(rows(&catalog), 3);
+        assert_eq!(dir.recovery().bulk_files_removed, 2);
+        assert!(bulk_names(&path).is_empty());
+        // A failed commit discards its file at once.
+        let w = write_bulk_for(&dir, &put_big(10));
+        assert_eq!(bulk_names(&path), vec![w.file.name.clone()]);
+        dir.discard_bulk(std::slice::from_ref(&w));
+        assert!(bulk_names(&path).is_empty());
+        // Ids go on after the largest seen, the removed ones included.
+        assert!(bulk_file_id(&w.file.name).unwrap() > 7);
+        drop(dir);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_torn_changed_or_missing_bulk_file_a_record_names_is_refused() {
+        let path = temp_dir("bulk-torn");
+        let file = {
+            let catalog = Catalog::new();
+            let dir = DataDir::open(&config(&path), &catalog).unwrap();
+            create_t(&dir, &catalog);
+            commit_bulk(&dir, &catalog, put_big(20_000))
+        };
+        let bulk_path = path.join(BULK_DIR).join(&file.name);
+        let good = fs::read(&bulk_path).unwrap();
+        assert_eq!(good.len() as u64, file.len);
+        let refused = |why: &str| {
+            let err = DataDir::open(&config(&path), &Catalog::new()).unwrap_err();
+            assert!(matches!(err, StorageError::Unrecoverable { .. }), "{err}");
+            let text = err.to_string();
+            assert!(text.contains(&file.name) && text.contains(why), "{text}");
+        };
+        // Torn: shorter than the record says.
+        fs::write(&bulk_path, &good[..good.len() / 2]).unwrap();
+        refused("torn or truncated");
+        // The same length, a changed byte.
+        let mut changed = good.clone();
+        changed[good.len() / 2] ^= 1;
+        fs::write(&bulk_path, &changed).unwrap();
+        refused("CRC-32");
+        // Missing.
+        fs::remove_file(&bulk_path).unwrap();
+        refused("a bulk file a log record names");
+        // Put back, the directory opens with every row.
+        fs::write(&bulk_path, &good).unwrap();
+        let catalog = Catalog::new();
+        let _dir = DataDir::open(&config(&path), &catalog).unwrap();
+        assert_eq!(catalog.table("s", "big").unwrap().num_rows(), 20_000);
         drop(_dir);
         fs::remove_dir_all(&path).unwrap();
     }

@@ -9,8 +9,16 @@
 //!  record  = payload length u64 LE | CRC-32 (IEEE) of payload u32 LE | payload
 //!  payload = op count u32 | op …
 //!  op      = tag u8 | schema str | [table str] | [Arrow IPC stream: u64 length | bytes]
+//!          | tag u8 | schema str | table str | file                   (bulk writes)
+//!  file    = name str | length u64 | CRC-32 of the file u32
 //!  str     = length u32 | UTF-8
 //! ```
+//!
+//! A bulk write (a large `PutTable` or `Append`: CREATE TABLE AS, COPY
+//! FROM, INSERT … SELECT, an external table's rows) keeps its rows out of
+//! the log: they go to an Arrow IPC stream file in the data directory's
+//! `bulk/`, fsynced before the record that names it — with the file's
+//! length and checksum — is appended ([`crate::durable`]).
 //!
 //! A log sequence number (LSN) is a byte position in the log as if all
 //! segments were one stream without headers; a record's LSN is the position
@@ -47,10 +55,14 @@ const TAG_PUT_TABLE: u8 = 3;
 const TAG_APPEND: u8 = 4;
 const TAG_DROP_TABLE: u8 = 5;
 const TAG_PUT_SECURITY: u8 = 6;
+const TAG_PUT_TABLE_FILE: u8 = 7;
+const TAG_APPEND_FILE: u8 = 8;
 
-/// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320) lookup table.
-const CRC_TABLE: [u32; 256] = {
-    let mut table = [0u32; 256];
+/// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320) lookup tables for
+/// slicing by 8: `CRC_TABLES[0]` is the byte-at-a-time table, `[k][b]` the
+/// CRC of byte `b` followed by `k` zero bytes.
+const CRC_TABLES: [[u32; 256]; 8] = {
+    let mut tables = [[0u32; 256]; 8];
     let mut i = 0;
     while i < 256 {
         let mut c = i as u32;
@@ -63,19 +75,110 @@ const CRC_TABLE: [u32; 256] = {
             };
             k += 1;
         }
-        table[i] = c;
+        tables[0][i] = c;
         i += 1;
     }
-    table
+    let mut t = 1;
+    while t < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = tables[t - 1][i];
+            tables[t][i] = (prev >> 8) ^ tables[0][(prev & 0xFF) as usize];
+            i += 1;
+        }
+        t += 1;
+    }
+    tables
 };
 
 /// CRC-32 of `bytes`.
 pub fn crc32(bytes: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &b in bytes {
-        c = CRC_TABLE[((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8);
+    let mut c = Crc32::default();
+    c.update(bytes);
+    c.finish()
+}
+
+/// A CRC-32 computed over bytes given in pieces (the same value as
+/// [`crc32`] of their concatenation).
+#[derive(Debug, Clone, Copy)]
+pub struct Crc32 {
+    state: u32,
+}
+
+impl Default for Crc32 {
+    fn default() -> Self {
+        Crc32 { state: !0 }
     }
-    !c
+}
+
+impl Crc32 {
+    pub fn update(&mut self, bytes: &[u8]) {
+        let t = &CRC_TABLES;
+        let mut c = self.state;
+        let mut chunks = bytes.chunks_exact(8);
+        for w in &mut chunks {
+            let lo = c ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            c = t[7][(lo & 0xFF) as usize]
+                ^ t[6][((lo >> 8) & 0xFF) as usize]
+                ^ t[5][((lo >> 16) & 0xFF) as usize]
+                ^ t[4][(lo >> 24) as usize]
+                ^ t[3][w[4] as usize]
+                ^ t[2][w[5] as usize]
+                ^ t[1][w[6] as usize]
+                ^ t[0][w[7] as usize];
+        }
+        for &b in chunks.remainder() {
+            c = t[0][((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8);
+        }
+        self.state = c;
+    }
+
+    pub fn finish(&self) -> u32 {
+        !self.state
+    }
+}
+
+/// A bulk write's file, as a log record names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    /// The file's name in the data directory's `bulk/`.
+    pub name: String,
+    /// Its length in bytes.
+    pub len: u64,
+    /// CRC-32 of its bytes.
+    pub crc: u32,
+}
+
+/// The rows of an operation a bulk write may keep out of the log: a
+/// `PutTable`'s or an `Append`'s (schema and batches); `None` for others.
+pub fn op_rows(op: &CatalogOp) -> Option<(SchemaRef, &[RecordBatch])> {
+    match op {
+        CatalogOp::PutTable { table, .. } => Some((table.schema().clone(), table.blocks())),
+        CatalogOp::Append { blocks, .. } => blocks.first().map(|b| (b.schema(), &blocks[..])),
+        _ => None,
+    }
+}
+
+/// An operation's bytes in a payload with its rows in `file` instead of
+/// inline (a `PutTable` or `Append` only).
+pub fn encode_op_in_file(op: &CatalogOp, file: &FileRef) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let (tag, schema, table) = match op {
+        CatalogOp::PutTable { schema, table } => (TAG_PUT_TABLE_FILE, schema, table.name()),
+        CatalogOp::Append { schema, table, .. } => (TAG_APPEND_FILE, schema, table.as_str()),
+        other => {
+            return Err(StorageError::Internal(format!(
+                "{other:?} has no rows to keep in a file"
+            )))
+        }
+    };
+    out.push(tag);
+    put_str(&mut out, schema);
+    put_str(&mut out, table);
+    put_str(&mut out, &file.name);
+    out.extend_from_slice(&file.len.to_le_bytes());
+    out.extend_from_slice(&file.crc.to_le_bytes());
+    Ok(out)
 }
 
 /// A segment's header for a segment that starts at `start_lsn`.
@@ -150,13 +253,41 @@ pub fn payload(ops: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// The operations of a record's payload.
+/// Reads a bulk write's file: its schema and batches, once its length and
+/// checksum are what the record says.
+pub type FileLoader<'a> = dyn FnMut(&FileRef) -> Result<(SchemaRef, Vec<RecordBatch>)> + 'a;
+
+/// The operations of a record's payload (one that names no bulk file).
 pub fn decode_payload(payload: &[u8]) -> Result<Vec<CatalogOp>> {
+    decode_payload_with(payload, &mut |f: &FileRef| {
+        Err(corrupt(format!(
+            "a record naming bulk file {} read without its directory",
+            f.name
+        )))
+    })
+}
+
+/// The operations of a record's payload, the rows of bulk writes read by
+/// `load`.
+pub fn decode_payload_with(payload: &[u8], load: &mut FileLoader<'_>) -> Result<Vec<CatalogOp>> {
+    Ok(decode_payload_files(payload, load)?
+        .into_iter()
+        .map(|(op, _)| op)
+        .collect())
+}
+
+/// [`decode_payload_with`], each operation with the bulk file its rows came
+/// from.
+pub fn decode_payload_files(
+    payload: &[u8],
+    load: &mut FileLoader<'_>,
+) -> Result<Vec<(CatalogOp, Option<FileRef>)>> {
     let mut r = Reader { bytes: payload };
     let count = r.u32()?;
     let mut ops = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let tag = r.take(1)?[0];
+        let mut from = None;
         let op = match tag {
             TAG_CREATE_SCHEMA => CatalogOp::CreateSchema(r.str()?),
             TAG_DROP_SCHEMA => CatalogOp::DropSchema(r.str()?),
@@ -185,9 +316,33 @@ pub fn decode_payload(payload: &[u8]) -> Result<Vec<CatalogOp>> {
                 table: r.str()?,
             },
             TAG_PUT_SECURITY => CatalogOp::PutSecurity(Arc::new(r.bytes()?.to_vec())),
+            TAG_PUT_TABLE_FILE => {
+                let schema = r.str()?;
+                let name = r.str()?;
+                let file = r.file()?;
+                let (arrow_schema, blocks) = load(&file)?;
+                from = Some(file);
+                let table = Table::new(name, arrow_schema, blocks)?;
+                CatalogOp::PutTable {
+                    schema,
+                    table: Arc::new(table),
+                }
+            }
+            TAG_APPEND_FILE => {
+                let schema = r.str()?;
+                let table = r.str()?;
+                let file = r.file()?;
+                let (_, blocks) = load(&file)?;
+                from = Some(file);
+                CatalogOp::Append {
+                    schema,
+                    table,
+                    blocks,
+                }
+            }
             other => return Err(corrupt(format!("unknown operation tag {other}"))),
         };
-        ops.push(op);
+        ops.push((op, from));
     }
     if !r.bytes.is_empty() {
         return Err(corrupt("bytes after the last operation".into()));
@@ -303,6 +458,13 @@ impl<'a> Reader<'a> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|_| corrupt("a name is not UTF-8".into()))
     }
 
+    fn file(&mut self) -> Result<FileRef> {
+        let name = self.str()?;
+        let len = u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"));
+        let crc = self.u32()?;
+        Ok(FileRef { name, len, crc })
+    }
+
     fn ipc(&mut self) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let n = u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"));
         let n = usize::try_from(n).map_err(|_| corrupt("an oversized stream".into()))?;
@@ -392,6 +554,79 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(&decoded[4], CatalogOp::DropSchema(s) if s == "s"));
+    }
+
+    #[test]
+    fn crc32_in_pieces_matches_crc32_of_the_whole() {
+        // Every length around the 8-byte slices, split at every point.
+        let bytes: Vec<u8> = (0..67u32).map(|i| (i * 37 + 11) as u8).collect();
+        // The byte-at-a-time definition.
+        let reference = |bytes: &[u8]| {
+            let mut c = !0u32;
+            for &b in bytes {
+                c ^= b as u32;
+                for _ in 0..8 {
+                    c = if c & 1 != 0 {
+                        0xEDB8_8320 ^ (c >> 1)
+                    } else {
+                        c >> 1
+                    };
+                }
+            }
+            !c
+        };
+        for len in 0..bytes.len() {
+            let whole = &bytes[..len];
+            assert_eq!(crc32(whole), reference(whole), "length {len}");
+            for cut in 0..=len {
+                let mut c = Crc32::default();
+                c.update(&whole[..cut]);
+                c.update(&whole[cut..]);
+                assert_eq!(c.finish(), reference(whole), "length {len} cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn operations_in_files_round_trip_through_the_loader() {
+        let t = Arc::new(table());
+        let file = FileRef {
+            name: "00000000000000000007.arrow".into(),
+            len: 1234,
+            crc: 0xDEAD_BEEF,
+        };
+        let put = CatalogOp::PutTable {
+            schema: "s".into(),
+            table: t.clone(),
+        };
+        let append = CatalogOp::Append {
+            schema: "s".into(),
+            table: "t".into(),
+            blocks: t.blocks().to_vec(),
+        };
+        let encoded = vec![
+            encode_op_in_file(&put, &file).unwrap(),
+            encode_op_in_file(&append, &file).unwrap(),
+        ];
+        // The record is small: the rows are not in it.
+        assert!(encoded.iter().map(Vec::len).sum::<usize>() < 150);
+        let bytes = payload(&encoded);
+        let mut asked = Vec::new();
+        let ops = decode_payload_with(&bytes, &mut |f: &FileRef| {
+            asked.push(f.clone());
+            Ok((t.schema().clone(), t.blocks().to_vec()))
+        })
+        .unwrap();
+        assert_eq!(asked, vec![file.clone(), file.clone()]);
+        assert!(
+            matches!(&ops[0], CatalogOp::PutTable { table, .. } if table.num_rows() == 3 && table.name() == "t")
+        );
+        assert!(
+            matches!(&ops[1], CatalogOp::Append { table, blocks, .. } if table == "t" && blocks.len() == 1)
+        );
+        // Without a loader such a record is an error, not an empty table.
+        assert!(decode_payload(&bytes).is_err());
+        assert!(encode_op_in_file(&CatalogOp::CreateSchema("s".into()), &file).is_err());
     }
 
     #[test]

@@ -225,7 +225,8 @@ pub fn run(cmd: &BenchCommand, global: &GlobalArgs) -> Result<()> {
         BenchCommand::SchedOverhead(args) => sched_overhead::run(args),
         BenchCommand::Instances(args) => instances_cmd(args, global),
         BenchCommand::Numa(args) => {
-            let (engine, session) = crate::start_traced(global, None)?;
+            let (engine, session) =
+                crate::start_traced(global, &crate::explicit_data_dir(global)?, None)?;
             numa::run(args, &engine, session)
         }
     }
@@ -248,7 +249,8 @@ fn target(
         }
         t
     } else {
-        let (engine, _) = crate::start_traced(global, tracer.cloned())?;
+        let (engine, _) =
+            crate::start_traced(global, &crate::explicit_data_dir(global)?, tracer.cloned())?;
         Target::Engine(engine)
     };
     Ok(Arc::new(target))

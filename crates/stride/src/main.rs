@@ -180,13 +180,88 @@ struct GlobalArgs {
     /// directory (created if missing): a write-ahead log fsynced at each
     /// commit, checkpoints as Arrow IPC files, recovery at start. One
     /// process per directory. Generated schemas (--tpch, --ssb, --tpcds) stay in
-    /// memory only. Without it, nothing outlives the process.
-    #[arg(long, global = true, value_name = "DIR")]
+    /// memory only. Without it, `serve`, `sql` and `shell` use the default
+    /// data directory: $STRIDE_DATA_DIR, else $XDG_DATA_HOME/stride, else
+    /// ~/.local/share/stride (`bench` and `export` use none).
+    #[arg(long, global = true, value_name = "DIR", conflicts_with = "in_memory")]
     data_dir: Option<PathBuf>,
+    /// Use no data directory, not even the default one: every table lives
+    /// only in the process and is lost at exit (what tests and benchmarks
+    /// want, and a second server beside one on the default directory).
+    #[arg(long, global = true)]
+    in_memory: bool,
     /// Log bytes after which a commit triggers a checkpoint (default
     /// 256MB). `SET stride.checkpoint_log_size` changes it.
-    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size, requires = "data_dir")]
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size, conflicts_with = "in_memory")]
     checkpoint_log_size: Option<usize>,
+    /// Rows (bytes in memory) from which one write — CREATE TABLE AS, COPY
+    /// FROM, INSERT … SELECT, an external table's rows — goes to a file of
+    /// its own, fsynced and named by a small log record, instead of into
+    /// the log (default 8MB). `SET stride.bulk_write_size` changes it.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_memory_size, conflicts_with = "in_memory")]
+    bulk_write_size: Option<usize>,
+}
+
+/// Where a command's data directory came from.
+#[derive(Debug, Clone, PartialEq)]
+enum DataDirChoice {
+    /// None: tables live in the process only.
+    InMemory,
+    /// `--data-dir DIR`.
+    Explicit(PathBuf),
+    /// The default directory (and which variable named it).
+    Default { path: PathBuf, from: &'static str },
+}
+
+impl DataDirChoice {
+    fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            DataDirChoice::InMemory => None,
+            DataDirChoice::Explicit(p) | DataDirChoice::Default { path: p, .. } => {
+                Some(p.as_path())
+            }
+        }
+    }
+}
+
+/// The data directory a command uses: `--data-dir`, none with
+/// `--in-memory`, else the default one where `uses_default` (serve, sql,
+/// shell), else none. `env` reads an environment variable.
+fn choose_data_dir(
+    global: &GlobalArgs,
+    uses_default: bool,
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<DataDirChoice> {
+    if let Some(dir) = &global.data_dir {
+        return Ok(DataDirChoice::Explicit(dir.clone()));
+    }
+    if global.in_memory || !uses_default {
+        return Ok(DataDirChoice::InMemory);
+    }
+    let set = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(path) = set("STRIDE_DATA_DIR") {
+        return Ok(DataDirChoice::Default {
+            path,
+            from: "$STRIDE_DATA_DIR",
+        });
+    }
+    // The XDG base directory specification ignores a relative value.
+    if let Some(base) = set("XDG_DATA_HOME").filter(|p| p.is_absolute()) {
+        return Ok(DataDirChoice::Default {
+            path: base.join("stride"),
+            from: "$XDG_DATA_HOME/stride",
+        });
+    }
+    match set("HOME") {
+        Some(home) => Ok(DataDirChoice::Default {
+            path: home.join(".local").join("share").join("stride"),
+            from: "~/.local/share/stride",
+        }),
+        None => bail!(
+            "no default data directory: neither STRIDE_DATA_DIR, XDG_DATA_HOME nor HOME is set; \
+             pass --data-dir DIR, or --in-memory to keep tables in the process only"
+        ),
+    }
 }
 
 /// Parses a memory size (`4GB`, `512MB`; no unit: kilobytes).
@@ -344,14 +419,26 @@ struct ServeArgs {
     stalled_client_timeout: f64,
 }
 
-/// Builds the engine and generates the requested data.
+/// Builds the engine (with the data directory `--data-dir` names, none
+/// with `--in-memory`, else the default one) and generates the requested
+/// data: what `serve`, `sql` and `shell` run on.
 fn start(global: &GlobalArgs) -> Result<(Arc<Engine>, Session)> {
-    start_traced(global, None)
+    let dir = choose_data_dir(global, true, |name| std::env::var_os(name))?;
+    start_traced(global, &dir, None)
 }
 
-/// As [`start`], with every task recorded by `tracer` (`bench … --trace`).
+/// The data directory of a command that uses none unless `--data-dir`
+/// names one (`bench`, `export`: generated data, never the user's default
+/// directory).
+fn explicit_data_dir(global: &GlobalArgs) -> Result<DataDirChoice> {
+    choose_data_dir(global, false, |name| std::env::var_os(name))
+}
+
+/// As [`start`], on the data directory `dir` chose, with every task
+/// recorded by `tracer` (`bench … --trace`).
 fn start_traced(
     global: &GlobalArgs,
+    dir: &DataDirChoice,
     tracer: Option<Arc<stride_sched::Tracer>>,
 ) -> Result<(Arc<Engine>, Session)> {
     let mut scheduler = SchedulerConfig {
@@ -495,21 +582,32 @@ fn start_traced(
     if let Some(entries) = global.plan_cache_size {
         engine.plan_cache().set_capacity(entries);
     }
-    if let Some(dir) = &global.data_dir {
+    if let Some(path) = dir.path() {
         let config = stride_storage::durable::DataDirConfig {
-            path: dir.clone(),
+            path: path.to_path_buf(),
             checkpoint_log_bytes: global
                 .checkpoint_log_size
                 .map_or(stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES, |b| {
                     b as u64
                 }),
+            bulk_write_bytes: global
+                .bulk_write_size
+                .map_or(stride_storage::durable::DEFAULT_BULK_WRITE_BYTES, |b| {
+                    b as u64
+                }),
         };
         let report = engine
             .open_data_dir(&config)
-            .with_context(|| format!("opening data directory {}", dir.display()))?;
+            .map_err(|e| data_dir_error(e, dir))?;
         eprintln!(
-            "stride: data directory {}: {} tables from checkpoint {}, {} log records replayed{} in {:.1?}",
-            dir.display(),
+            "stride: data directory {}{}: {} tables from checkpoint {}, {} log records replayed{} in {:.1?}",
+            path.display(),
+            match dir {
+                DataDirChoice::Default { from, .. } => {
+                    format!(" (the default, {from}; --data-dir DIR for another, --in-memory for none)")
+                }
+                _ => String::new(),
+            },
             report.tables_loaded,
             report
                 .checkpoint_lsn
@@ -577,6 +675,35 @@ fn start_traced(
     Ok((engine, session))
 }
 
+/// The error of opening data directory `dir`: one in use by another
+/// process names the directory and the flags that run beside it.
+fn data_dir_error(e: stride_sql::SqlError, dir: &DataDirChoice) -> anyhow::Error {
+    let path = dir
+        .path()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    match (&e, dir) {
+        (
+            stride_sql::SqlError::Storage(stride_storage::StorageError::DataDirInUse {
+                holder,
+                ..
+            }),
+            DataDirChoice::Default { from, .. },
+        ) => anyhow::anyhow!(
+            "the default data directory {path} ({from}) is in use by another process ({holder}): \
+             one process per directory. Pass --data-dir DIR to use another directory, or \
+             --in-memory to keep this process's tables in memory only"
+        ),
+        (stride_sql::SqlError::Storage(stride_storage::StorageError::DataDirInUse { .. }), _) => {
+            anyhow::anyhow!(
+                "{e}: one process per directory. Pass --data-dir with another directory, or \
+                 --in-memory to keep this process's tables in memory only"
+            )
+        }
+        _ => anyhow::Error::new(e).context(format!("opening data directory {path}")),
+    }
+}
+
 fn main() -> Result<()> {
     allocator::configure();
     let cli = Cli::parse_from(join_self_tuning_words(std::env::args_os().collect()));
@@ -593,7 +720,7 @@ fn main() -> Result<()> {
             shell::interactive(&mut session)
         }
         Command::Export { dir } => {
-            let (engine, _) = start(&cli.global)?;
+            let (engine, _) = start_traced(&cli.global, &explicit_data_dir(&cli.global)?, None)?;
             export(&engine, dir)
         }
         Command::Bench(cmd) => bench::run(cmd, &cli.global),
@@ -729,6 +856,85 @@ mod cli_tests {
         // A number after the pair is left alone.
         let cli = parse("stride --self-tuning 20 60 sql 5").unwrap();
         assert!(matches!(cli.command, Command::Sql { ref sql } if sql == "5"));
+    }
+
+    /// The directory `line` runs on, with `vars` as the environment.
+    fn data_dir(line: &str, uses_default: bool, vars: &[(&str, &str)]) -> Result<DataDirChoice> {
+        let cli = parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        choose_data_dir(&cli.global, uses_default, |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| std::ffi::OsString::from(v))
+        })
+    }
+
+    #[test]
+    fn the_default_data_directory_follows_the_environment() {
+        let all = [
+            ("STRIDE_DATA_DIR", "/srv/stride"),
+            ("XDG_DATA_HOME", "/home/u/.data"),
+            ("HOME", "/home/u"),
+        ];
+        let default = |path: &str, from| DataDirChoice::Default {
+            path: PathBuf::from(path),
+            from,
+        };
+        assert_eq!(
+            data_dir("stride serve", true, &all).unwrap(),
+            default("/srv/stride", "$STRIDE_DATA_DIR")
+        );
+        assert_eq!(
+            data_dir("stride sql x", true, &all[1..]).unwrap(),
+            default("/home/u/.data/stride", "$XDG_DATA_HOME/stride")
+        );
+        assert_eq!(
+            data_dir("stride shell", true, &all[2..]).unwrap(),
+            default("/home/u/.local/share/stride", "~/.local/share/stride")
+        );
+        // Empty and relative values are not directories to use.
+        let unset = [
+            ("STRIDE_DATA_DIR", ""),
+            ("XDG_DATA_HOME", "rel"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(
+            data_dir("stride serve", true, &unset).unwrap(),
+            default("/h/.local/share/stride", "~/.local/share/stride")
+        );
+        let err = data_dir("stride serve", true, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("--data-dir") && err.contains("--in-memory"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn explicit_choices_win_over_the_default() {
+        let env = [("STRIDE_DATA_DIR", "/srv/stride")];
+        assert_eq!(
+            data_dir("stride --data-dir /d serve", true, &env).unwrap(),
+            DataDirChoice::Explicit(PathBuf::from("/d"))
+        );
+        assert_eq!(
+            data_dir("stride serve --in-memory", true, &env).unwrap(),
+            DataDirChoice::InMemory
+        );
+        // bench and export use a directory only when one is named.
+        assert_eq!(
+            data_dir("stride --tpch 1 export --dir x", false, &env).unwrap(),
+            DataDirChoice::InMemory
+        );
+        assert_eq!(
+            data_dir("stride --data-dir /d export --dir x", false, &env).unwrap(),
+            DataDirChoice::Explicit(PathBuf::from("/d"))
+        );
+        for bad in [
+            "stride --in-memory --data-dir /d serve",
+            "stride --in-memory --checkpoint-log-size 1MB serve",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert!(parse("stride --checkpoint-log-size 1MB serve").is_ok());
     }
 
     #[test]

@@ -7,10 +7,8 @@
 //! during a checkpoint. Roles, passwords, owners and grants survive too.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,69 +17,20 @@ use rand::{Rng, SeedableRng};
 
 mod common;
 
-/// A running `stride serve --data-dir`.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
+use common::binary::{command, temp_dir, Server};
+
+/// Checkpoints after 64 kB of log, so that kills land in checkpoints too.
+const SMALL_CHECKPOINTS: [&str; 2] = ["--checkpoint-log-size", "64"];
+
+/// Starts `stride serve` on `dir` and waits until it accepts connections.
+fn start(dir: &Path) -> Server {
+    Server::on_dir(dir, None, &SMALL_CHECKPOINTS)
 }
 
-impl Server {
-    /// Starts the server on `dir` (checkpoints after 64 kB of log, so that
-    /// kills land in checkpoints too) and waits until it accepts
-    /// connections.
-    fn start(dir: &Path) -> Server {
-        Server::start_with(dir, None)
-    }
-
-    /// [`Server::start`], with `password` as the bootstrap superuser's
-    /// (every client then authenticates by SCRAM).
-    fn start_with(dir: &Path, password: Option<&str>) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_stride"));
-        command
-            .args(["--workers", "1", "--data-dir"])
-            .arg(dir)
-            .args(["--checkpoint-log-size", "64", "serve", "--port", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        match password {
-            Some(p) => command.env("STRIDE_PASSWORD", p),
-            None => command.env_remove("STRIDE_PASSWORD"),
-        };
-        let mut child = command.spawn().expect("start stride serve");
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("the server exited: {:?}", child.wait()))
-                .unwrap();
-            if let Some(rest) = line.split("ready to accept connections on ").nth(1) {
-                break rest.split_whitespace().next().unwrap().parse().unwrap();
-            }
-        };
-        // Keep draining stderr so that the server never blocks on it.
-        std::thread::spawn(move || for _ in lines {});
-        Server { child, addr }
-    }
-
-    /// Kills the server with SIGKILL and waits for it.
-    fn kill(self) {
-        drop(self);
-    }
-}
-
-impl Drop for Server {
-    /// A test that fails midway still leaves no server behind.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stride-crash-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// [`start`], with `password` as the bootstrap superuser's (every client
+/// then authenticates by SCRAM).
+fn start_with(dir: &Path, password: Option<&str>) -> Server {
+    Server::on_dir(dir, password, &SMALL_CHECKPOINTS)
 }
 
 async fn ids(addr: SocketAddr) -> Vec<i64> {
@@ -98,7 +47,7 @@ fn acknowledged_commits_survive_sigkill() {
     let dir = temp_dir("kill");
     let rt = common::client::runtime();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(18);
-    let server = Server::start(&dir);
+    let server = start(&dir);
     rt.block_on(async {
         let c = common::client::connect(server.addr, "stride").await;
         c.batch_execute("create table t (id bigint not null, client int)")
@@ -168,7 +117,7 @@ fn acknowledged_commits_survive_sigkill() {
             std::fs::create_dir_all(&partial).unwrap();
             std::fs::write(partial.join("0.arrow"), b"half a table").unwrap();
         }
-        let restarted = Server::start(&dir);
+        let restarted = start(&dir);
         let present: BTreeSet<i64> = rt.block_on(ids(restarted.addr)).into_iter().collect();
         let acked = acked.lock().unwrap();
         let sent = sent.lock().unwrap();
@@ -222,7 +171,7 @@ fn roles_owners_and_grants_survive_restarts() {
     let dir = temp_dir("roles");
     let rt = common::client::runtime();
     let boot = Some("boot-pw");
-    let s = Server::start_with(&dir, boot);
+    let s = start_with(&dir, boot);
     rt.block_on(async {
         let root = login(s.addr, "stride", "boot-pw").await.unwrap();
         root.batch_execute(
@@ -270,14 +219,14 @@ fn roles_owners_and_grants_survive_restarts() {
                 .expect("alice still owns her table");
         })
     };
-    let s = Server::start_with(&dir, boot);
+    let s = start_with(&dir, boot);
     check(s.addr, 1);
     rt.block_on(async {
         let root = login(s.addr, "stride", "boot-pw").await.unwrap();
         root.batch_execute("checkpoint").await.unwrap();
     });
     s.kill();
-    let s = Server::start_with(&dir, boot);
+    let s = start_with(&dir, boot);
     check(s.addr, 2);
     s.kill();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -287,7 +236,7 @@ fn roles_owners_and_grants_survive_restarts() {
 fn a_torn_last_record_recovers_to_the_one_before() {
     let dir = temp_dir("torn");
     let rt = common::client::runtime();
-    let s = Server::start(&dir);
+    let s = start(&dir);
     rt.block_on(async {
         let c = common::client::connect(s.addr, "stride").await;
         c.batch_execute("create table t (id bigint)").await.unwrap();
@@ -307,7 +256,7 @@ fn a_torn_last_record_recovers_to_the_one_before() {
         .unwrap()
         .set_len(len - 3)
         .unwrap();
-    let s = Server::start(&dir);
+    let s = start(&dir);
     assert_eq!(rt.block_on(ids(s.addr)), vec![1]);
     rt.block_on(async {
         let c = common::client::connect(s.addr, "stride").await;
@@ -328,10 +277,10 @@ fn a_torn_last_record_recovers_to_the_one_before() {
         assert_eq!(row.get::<_, i64>(0), 1);
     });
     s.kill();
-    let s = Server::start(&dir);
+    let s = start(&dir);
     assert_eq!(rt.block_on(ids(s.addr)), vec![1, 3]);
     // One process per directory.
-    let second = Command::new(env!("CARGO_BIN_EXE_stride"))
+    let second = command()
         .arg("--data-dir")
         .arg(&dir)
         .args(["sql", "select 1"])
@@ -343,7 +292,7 @@ fn a_torn_last_record_recovers_to_the_one_before() {
     s.kill();
     // A directory it cannot read is refused, not started empty.
     std::fs::write(dir.join("manifest"), b"not a manifest").unwrap();
-    let refused = Command::new(env!("CARGO_BIN_EXE_stride"))
+    let refused = command()
         .arg("--data-dir")
         .arg(&dir)
         .args(["sql", "select 1"])
@@ -360,7 +309,7 @@ fn ready_for_query_reports_the_block_state() {
     use common::wire::{query_message, read_until, sqlstate_of, startup_packet};
     use std::io::Write;
     let dir = temp_dir("status");
-    let s = Server::start(&dir);
+    let s = start(&dir);
     let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
     stream.write_all(&startup_packet("stride")).unwrap();
     let status = |messages: Vec<(u8, Vec<u8>)>| {

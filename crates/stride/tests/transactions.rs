@@ -279,6 +279,7 @@ fn only_committed_writes_outside_generated_schemas_reach_the_data_directory() {
     let config = stride_storage::durable::DataDirConfig {
         path: dir.clone(),
         checkpoint_log_bytes: stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES,
+        bulk_write_bytes: stride_storage::durable::DEFAULT_BULK_WRITE_BYTES,
     };
     {
         let e = engine();
@@ -335,4 +336,74 @@ fn constraints_are_enforced_or_refused() {
         let err = fails(&mut s, sql);
         assert_eq!(sqlstate::of(&err), "0A000", "{sql}: {err}");
     }
+}
+
+#[test]
+fn bulk_writes_commit_with_their_block_and_a_lost_commit_leaves_no_file() {
+    let dir = std::env::temp_dir().join(format!("stride-txn-bulk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = stride_storage::durable::DataDirConfig {
+        path: dir.clone(),
+        checkpoint_log_bytes: stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES,
+        bulk_write_bytes: stride_storage::durable::DEFAULT_BULK_WRITE_BYTES,
+    };
+    let files = || std::fs::read_dir(dir.join("bulk")).unwrap().count();
+    let storage = |s: &mut Session| -> (i64, i64) {
+        let out = s
+            .query("select bulk_files, bulk_write_size from stride.storage")
+            .unwrap();
+        let int = |i: usize| {
+            arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(
+                out.batches[0].column(i),
+            )
+            .value(0)
+        };
+        (int(0), int(1))
+    };
+    {
+        let e = engine();
+        e.open_data_dir(&config).unwrap();
+        let mut a = e.session();
+        let mut b = e.session();
+        assert_eq!(storage(&mut a), (0, 8 << 20));
+        run(&mut a, "set stride.bulk_write_size = '16kB'");
+        assert_eq!(storage(&mut a).1, 16 << 10);
+        let many = "select g as id from generate_series(1, 100000) g";
+        // Small writes stay in the log.
+        run(&mut a, "create table small as select 1 as id");
+        assert_eq!(files(), 0);
+        // A rolled back block writes nothing; a committed one its file.
+        run(
+            &mut a,
+            &format!("begin; create table big as {many}; rollback"),
+        );
+        assert_eq!(files(), 0);
+        run(
+            &mut a,
+            &format!("begin; create table big as {many}; commit"),
+        );
+        assert_eq!((files(), storage(&mut a).0), (1, 1));
+        // Both append to and replace the same table: the loser's file goes.
+        run(&mut a, &format!("begin; insert into big {many}"));
+        run(
+            &mut b,
+            &format!("begin; create or replace table big as {many}"),
+        );
+        run(&mut b, "commit");
+        let err = fails(&mut a, "commit");
+        assert_eq!(sqlstate::of(&err), "40001", "{err}");
+        assert_eq!((files(), storage(&mut a).0), (2, 2));
+        // An append as a bulk write.
+        run(&mut a, &format!("insert into big {many}"));
+        assert_eq!(files(), 3);
+    }
+    let e = engine();
+    let report = e.open_data_dir(&config).unwrap();
+    assert_eq!(report.bulk_files_loaded, 3);
+    let mut s = e.session();
+    assert_eq!(count(&mut s, "big"), 200_000);
+    assert_eq!(count(&mut s, "small"), 1);
+    drop(s);
+    drop(e);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

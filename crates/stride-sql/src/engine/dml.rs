@@ -3,7 +3,7 @@
 //! Tables are immutable snapshots, so a change of rows in place is a new
 //! snapshot of the whole table, put into the session's transaction
 //! (`CatalogOp::PutTable`; with a data directory the log holds the new
-//! snapshot). Both statements run as ordinary parallel queries over the
+//! snapshot, or names the bulk file it was written to when it is large). Both statements run as ordinary parallel queries over the
 //! table's current snapshot in the transaction's view:
 //!
 //! * `DELETE FROM t WHERE p` keeps `SELECT * FROM t WHERE p IS NOT TRUE`

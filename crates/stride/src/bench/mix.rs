@@ -437,7 +437,9 @@ mod tests {
             query_memory_limit: None,
             allocation_limit: None,
             data_dir: None,
+            in_memory: false,
             checkpoint_log_size: None,
+            bulk_write_size: None,
         }
     }
 

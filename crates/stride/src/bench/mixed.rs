@@ -61,7 +61,8 @@ pub fn mixed(args: &MixedArgs, global: &GlobalArgs) -> Result<()> {
     let short_sql: Vec<String> = (0..=args.runs as u64)
         .map(|k| params.sql(short_w, &short_schema, &short_q, MIXED_SHORT, k))
         .collect();
-    let (engine, mut short_session) = crate::start(global)?;
+    let (engine, mut short_session) =
+        crate::start_traced(global, &crate::explicit_data_dir(global)?, None)?;
     short_session.set_default_schema(&short_schema)?;
     let run_short = |session: &mut stride_sql::Session| -> Result<Vec<Duration>> {
         let mut times = Vec::with_capacity(args.runs);

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+pub mod binary;
 pub mod client;
 pub mod wire;
 
