@@ -239,8 +239,11 @@ fn empty_ranges(schema: &SchemaRef) -> ColumnRanges {
     schema.fields().iter().map(|_| OnceLock::new()).collect()
 }
 
-/// Re-labels a batch with `schema`, casting columns whose type differs.
+/// Re-labels a batch with `schema`, casting columns whose type differs,
+/// and hands back the spare capacity of the buffers only it owns
+/// ([`shrink`]).
 fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+    let batch = shrink(batch)?;
     if batch.num_columns() != schema.fields().len() {
         return Err(StorageError::InvalidArgument(format!(
             "a block has {} columns, the table has {}",
@@ -269,6 +272,25 @@ fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
+/// The batch with the spare capacity of buffers that only it holds given
+/// back: a table keeps its blocks for as long as it lives, and a computed
+/// column's buffers may be much larger than its values (string
+/// concatenation's output keeps about twice its bytes). Buffers shared
+/// with another array (a slice of a stored table) are left as they are.
+fn shrink(batch: RecordBatch) -> Result<RecordBatch> {
+    let (schema, mut columns, rows) = batch.into_parts();
+    for column in &mut columns {
+        // `ArrayRef`'s shrink_to_fit touches only an array it holds alone,
+        // and within it only buffers no other array shares.
+        <arrow::array::ArrayRef as arrow::array::Array>::shrink_to_fit(column);
+    }
+    Ok(RecordBatch::try_new_with_options(
+        schema,
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,6 +303,43 @@ mod tests {
             vec![Arc::new(Int64Array::from_iter_values(from..from + n))],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_block_gives_back_the_spare_capacity_only_it_owns() {
+        use arrow::array::{Array, StringArray, StringBuilder};
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
+        // 1 000 values of 10 bytes in a buffer built for 10× that.
+        let mut builder = StringBuilder::with_capacity(1_000, 100_000);
+        for i in 0..1_000 {
+            builder.append_value(format!("{i:010}"));
+        }
+        let owned = builder.finish();
+        let values_capacity = |a: &StringArray| a.to_data().buffers()[1].capacity();
+        assert!(values_capacity(&owned) >= 100_000);
+        let shared = StringArray::from_iter_values((0..1_000).map(|i| format!("{i:010}")));
+        let slice = shared.slice(0, 500);
+        let table = Table::new(
+            "t",
+            schema.clone(),
+            vec![
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(owned)]).unwrap(),
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(slice)]).unwrap(),
+            ],
+        )
+        .unwrap();
+        let column = |b: usize| table.blocks()[b].column(0).as_string::<i32>().clone();
+        assert!(
+            values_capacity(&column(0)) < 100_000,
+            "{}",
+            values_capacity(&column(0))
+        );
+        assert_eq!(column(0).value(999), "0000000999");
+        // The slice shares its buffers with `shared`: left whole.
+        assert_eq!(column(1).len(), 500);
+        assert_eq!(column(1).value(499), "0000000499");
+        assert_eq!(values_capacity(&column(1)), values_capacity(&shared));
+        assert_eq!(table.num_rows(), 1_500);
     }
 
     #[test]
