@@ -69,6 +69,7 @@ pub mod sim;
 pub mod slots;
 pub mod sync;
 pub mod task;
+mod thread_cpu;
 pub mod topology;
 pub mod trace;
 pub mod tuning;

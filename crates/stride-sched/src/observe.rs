@@ -20,11 +20,13 @@
 use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering, Ordering as StdOrdering};
 use std::time::{Duration, Instant};
 
-use crate::group::ResourceGroup;
+use crate::group::{ResourceGroup, TaskSetEntry};
 use crate::os_thread::OsSetup;
 use crate::scheduler::Shared;
 use crate::task::TaskContext;
-use crate::trace::WorkerTrace;
+use crate::thread_cpu::ThreadUsage;
+pub(crate) use crate::trace::Span;
+use crate::trace::{RecordPlace, WorkerTrace};
 use crate::tuning::TuningDriver;
 use crate::worker::WorkerStats;
 
@@ -84,10 +86,16 @@ pub(crate) struct TaskEnd<'a, 'c> {
     pub(crate) group: &'a ResourceGroup,
     /// The planned task set the task ran (or followed up).
     pub(crate) stage: usize,
+    /// The position of the task set's entry among the group's
+    /// ([`crate::group::TaskSetEntry::seq`]).
+    pub(crate) entry: u64,
     /// Wall time the task started.
     pub(crate) start: Instant,
     /// What the task was charged ([`crate::Clock`]).
     pub(crate) ran: Duration,
+    /// CPU time and page faults of the worker's thread in the task
+    /// (measured only while [`Observers::tracing`]).
+    pub(crate) usage: Option<ThreadUsage>,
     /// The task's context: morsel and tuple counts, whether it stopped at a
     /// preemption point.
     pub(crate) ctx: &'a TaskContext<'c>,
@@ -115,6 +123,12 @@ impl Observers {
             trace,
             tuning,
         }
+    }
+
+    /// Whether a trace listens: the worker then also measures its thread's
+    /// CPU time around each step ([`crate::TaskRecord::cpu_ns`]).
+    pub(crate) fn tracing(&self) -> bool {
+        self.trace.is_some()
     }
 
     /// The self-tuning schedule, on the worker that runs it.
@@ -150,8 +164,17 @@ impl Observers {
             }
         }
         if let Some(trace) = &self.trace {
-            let (morsels, tuples) = (t.ctx.morsels, t.ctx.tuples);
-            trace.record(t.start, end, t.group.id, t.stage, morsels, tuples, false);
+            let place = RecordPlace {
+                group: t.group.id,
+                task_set: t.stage,
+                entry: t.entry,
+            };
+            let span = Span {
+                start: t.start,
+                end,
+                usage: t.usage,
+            };
+            trace.task(span, place, t.ctx.morsels, t.ctx.tuples);
         }
         if let Some(driver) = &mut self.tuning {
             if driver.is_tracking() {
@@ -161,29 +184,30 @@ impl Observers {
         }
     }
 
-    /// The worker finalized a task set of `group`; `ran`: the finalization
-    /// step ran from `start` to `end` (`None`: the group had failed or was
+    /// The worker finalized `entry`, a task set of its group; `ran`: when
+    /// the finalization step ran (`None`: the group had failed or was
     /// cancelled and no step ran).
-    pub(crate) fn finalized(
-        &mut self,
-        shared: &Shared,
-        group: &ResourceGroup,
-        stage: usize,
-        ran: Option<(Instant, Instant)>,
-    ) {
+    pub(crate) fn finalized(&mut self, shared: &Shared, entry: &TaskSetEntry, ran: Option<Span>) {
+        let group = &entry.group;
         let counters = &shared.worker_counters[self.worker];
         WorkerCounters::add(&counters.finalizations, 1);
-        let Some((start, end)) = ran else {
+        let Some(span) = ran else {
             return;
         };
-        let took = end.saturating_duration_since(start).as_nanos() as u64;
+        let took = span.end.saturating_duration_since(span.start).as_nanos() as u64;
         group
             .counters
             .finalize_ns
             .fetch_add(took, Ordering::Relaxed);
         WorkerCounters::add(&counters.busy_ns, took);
         if let Some(trace) = &self.trace {
-            trace.record(start, end, group.id, stage, 0, 0, true);
+            let place = RecordPlace {
+                group: group.id,
+                task_set: entry.stage,
+                entry: entry.seq,
+            };
+            // Named once per task set, here rather than per task.
+            trace.finalization(span, place, entry.work.name());
         }
     }
 }

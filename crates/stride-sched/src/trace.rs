@@ -23,14 +23,47 @@ pub struct TaskRecord {
     pub end_ns: u64,
     /// The resource group ([`crate::ResourceGroupId`]).
     pub group: u64,
-    /// Index of the task set within its group.
+    /// Index of the task set within its group: the planned task set
+    /// (stage) the task ran or followed up.
     pub task_set: usize,
+    /// Position of the task set's entry among the group's installed task
+    /// sets (0, 1, …): tells a stage's follow-ups apart.
+    pub entry: u64,
     /// Morsels the task processed (0 for a finalization).
     pub morsels: u64,
     /// Source tuples the task processed (0 for a finalization).
     pub tuples: u64,
     /// A finalization step rather than a task.
     pub finalize: bool,
+    /// CPU time the worker's thread used in the step (`None` where the
+    /// platform cannot tell, `crate::thread_cpu`): far below
+    /// `end_ns - start_ns` when the OS ran other threads meanwhile.
+    pub cpu_ns: Option<u64>,
+    /// Page faults the worker's thread took in the step (`None` as for
+    /// `cpu_ns`): memory touched for the first time.
+    pub faults: Option<u64>,
+    /// A finalization's task set, by [`crate::TaskSetWork::name`] (the
+    /// tasks of the same `group` and `entry` ran it); `None` for a task,
+    /// so that a task's record allocates nothing.
+    pub name: Option<String>,
+}
+
+/// Where a record belongs: its group, stage and entry
+/// ([`TaskRecord::group`], [`TaskRecord::task_set`], [`TaskRecord::entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordPlace {
+    pub(crate) group: u64,
+    pub(crate) task_set: usize,
+    pub(crate) entry: u64,
+}
+
+/// When a step ran: wall start and end, and the CPU time its thread used.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Span {
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
+    /// What the thread used in it (`crate::thread_cpu`).
+    pub(crate) usage: Option<crate::thread_cpu::ThreadUsage>,
 }
 
 /// One worker's records.
@@ -97,28 +130,37 @@ impl WorkerTrace {
         }
     }
 
-    /// Appends one record running from `start` to `end`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn record(
+    /// Appends the record of a task that ran from `start` to `end`.
+    pub(crate) fn task(&self, span: Span, place: RecordPlace, morsels: u64, tuples: u64) {
+        self.push(span, place, (morsels, tuples), None);
+    }
+
+    /// Appends the record of the finalization of task set `name`.
+    pub(crate) fn finalization(&self, span: Span, place: RecordPlace, name: String) {
+        self.push(span, place, (0, 0), Some(name));
+    }
+
+    fn push(
         &self,
-        start: Instant,
-        end: Instant,
-        group: u64,
-        task_set: usize,
-        morsels: u64,
-        tuples: u64,
-        finalize: bool,
+        span: Span,
+        place: RecordPlace,
+        (morsels, tuples): (u64, u64),
+        name: Option<String>,
     ) {
-        let start_ns = self.tracer.since_origin(start);
+        let start_ns = self.tracer.since_origin(span.start);
         let record = TaskRecord {
             worker: self.worker,
             start_ns,
-            end_ns: self.tracer.since_origin(end).max(start_ns),
-            group,
-            task_set,
+            end_ns: self.tracer.since_origin(span.end).max(start_ns),
+            cpu_ns: span.usage.map(|u| u.cpu.as_nanos() as u64),
+            faults: span.usage.map(|u| u.faults),
+            group: place.group,
+            task_set: place.task_set,
+            entry: place.entry,
             morsels,
             tuples,
-            finalize,
+            finalize: name.is_some(),
+            name,
         };
         self.buffer
             .lock()
@@ -138,13 +180,29 @@ mod tests {
         let (a, b) = (WorkerTrace::new(&tracer, 0), WorkerTrace::new(&tracer, 1));
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        a.record(t0 + ms(5), t0 + ms(6), 1, 0, 3, 30, false);
-        b.record(t0 + ms(1), t0 + ms(2), 2, 1, 0, 0, true);
-        a.record(t0 + ms(3), t0 + ms(4), 1, 0, 1, 10, false);
+        let place = |group, task_set, entry| RecordPlace {
+            group,
+            task_set,
+            entry,
+        };
+        let span = |s, e| Span {
+            start: t0 + ms(s),
+            end: t0 + ms(e),
+            usage: Some(crate::thread_cpu::ThreadUsage {
+                cpu: Duration::from_micros(700),
+                faults: 3,
+            }),
+        };
+        a.task(span(5, 6), place(1, 0, 0), 3, 30);
+        b.finalization(span(1, 2), place(2, 1, 3), "sort".into());
+        a.task(span(3, 4), place(1, 0, 0), 1, 10);
         let all = tracer.take();
         assert_eq!(all.len(), 3);
         assert!(all.windows(2).all(|w| w[0].start_ns <= w[1].start_ns));
         assert_eq!((all[0].worker, all[0].group, all[0].finalize), (1, 2, true));
+        assert_eq!((all[0].entry, all[0].name.as_deref()), (3, Some("sort")));
+        assert_eq!((all[1].entry, all[1].name.as_deref()), (0, None));
+        assert_eq!((all[1].cpu_ns, all[1].faults), (Some(700_000), Some(3)));
         assert_eq!(all[2].end_ns - all[2].start_ns, 1_000_000);
         assert!(tracer.take().is_empty());
     }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use crate::decision::{DecisionCore, SlotState};
 use crate::group::{ResourceGroup, TaskSetEntry};
 use crate::masks::MaskKind;
-use crate::observe::{Observers, TaskEnd, WorkerCounters};
+use crate::observe::{Observers, Span, TaskEnd, WorkerCounters};
 use crate::os_thread::{self, OsSetup};
 use crate::overhead::DecisionClock;
 use crate::pins::Coordination;
@@ -42,6 +42,7 @@ use crate::scheduler::Shared;
 use crate::slots::{SlotArray, SlotRead};
 use crate::sync::{lock, Ordering};
 use crate::task::{FinalizeContext, FollowUps, QueryError, TaskContext, TaskOutcome, TaskSetWork};
+use crate::thread_cpu;
 use crate::trace::WorkerTrace;
 use crate::tuning::{tune, TuningDriver};
 
@@ -271,6 +272,7 @@ impl Worker {
             group.started.get_or_init(Instant::now);
             let ran;
             let start;
+            let usage_start;
             let result;
             // A better group between two task sets will want this worker
             // back soon: short morsels, so that the preemption point after
@@ -299,6 +301,7 @@ impl Worker {
                 if let Some(c) = &mut self.clock {
                     c.task_starts();
                 }
+                usage_start = self.observers.tracing().then(thread_cpu::now).flatten();
                 start = Instant::now();
                 let measured = shared.config.clock.start_at(start);
                 result = catch_unwind(AssertUnwindSafe(|| task_set.run_task(&mut ctx)));
@@ -310,8 +313,10 @@ impl Worker {
                 &TaskEnd {
                     group,
                     stage: e.stage,
+                    entry: e.seq,
                     start,
                     ran,
+                    usage: thread_cpu::since(usage_start),
                     ctx: &ctx,
                     priority: self.local.priority(k),
                     handover: handover.is_some(),
@@ -379,6 +384,7 @@ impl Worker {
         let mut follow_ups = FollowUps::new();
         let mut ran = None;
         if !group.has_failed() {
+            let usage_start = self.observers.tracing().then(thread_cpu::now).flatten();
             let start = Instant::now();
             let cx = FinalizeContext::new(&group.cancelled);
             match catch_unwind(AssertUnwindSafe(|| entry.work.finalize(&cx))) {
@@ -386,9 +392,13 @@ impl Worker {
                 Ok(Err(err)) => group.fail(QueryError::Failed(err)),
                 Err(panic) => group.fail(QueryError::Panicked(panic_message(&panic))),
             }
-            ran = Some((start, Instant::now()));
+            ran = Some(Span {
+                start,
+                end: Instant::now(),
+                usage: thread_cpu::since(usage_start),
+            });
         }
-        self.observers.finalized(shared, group, entry.stage, ran);
+        self.observers.finalized(shared, entry, ran);
         let next = if group.has_failed() || group.is_cancelled() {
             None
         } else {

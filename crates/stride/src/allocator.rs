@@ -16,8 +16,24 @@
 //! resident-set size reported by the OS then stays near its peak although
 //! the memory is reclaimable. A `MIMALLOC_PURGE_DECOMMITS` environment
 //! variable, mimalloc's own setting, is left to win.
+//!
+//! **Who purges.** mimalloc purges from whichever thread frees or retires
+//! a page once the delay has expired, and then purges every expired range
+//! of the arena at once: one `madvise` per range, hundreds of them after a
+//! query freed its hash tables. On a worker that is CPU time inside a task
+//! or finalization the scheduler cannot split: TPC-H SF 1 traces showed
+//! single steps of 10–26 ms CPU (a 0.08 ms top-100 finalization took
+//! 21 ms) that vanished with purging off (docs/experiments.md, "Longest
+//! unsplittable steps, part 2"). So the binary purges on a thread of its
+//! own: a purger thread forces a purge every [`PURGE_INTERVAL`], and the
+//! delay after which any thread would purge is raised to
+//! [`PURGE_DELAY_MS`], ten intervals, which a purger that keeps up never
+//! lets expire. Memory still goes back within about an interval of being
+//! freed (the default delay was 1 s). A `MIMALLOC_PURGE_DELAY` in the
+//! environment is left to win, and no purger runs then.
 
 use std::os::raw::{c_int, c_long};
+use std::time::Duration;
 
 // mimalloc's options are indices into `mi_option_e` (mimalloc.h); the
 // libmimalloc-sys crate does not name every one of them. The same indices
@@ -27,26 +43,62 @@ type MiOption = c_int;
 /// resetting (0).
 const PURGE_DECOMMITS: MiOption = 5;
 /// `mi_option_purge_delay`: milliseconds before freed memory is purged.
-#[cfg(test)]
 const PURGE_DELAY: MiOption = 15;
+
+/// How often the purger thread purges what was freed meanwhile.
+pub const PURGE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// mimalloc's purge delay while the purger runs: ten of its intervals.
+pub const PURGE_DELAY_MS: c_long = 10 * PURGE_INTERVAL.as_millis() as c_long;
 
 extern "C" {
     // Provided by the mimalloc library that libmimalloc-sys links (the
     // global allocator); declared here with mimalloc.h's signatures.
     fn mi_option_get(option: MiOption) -> c_long;
     fn mi_option_set(option: MiOption, value: c_long);
+    fn mi_collect(force: bool);
 }
 
-/// Sets how freed memory goes back to the OS (see the module doc); call
-/// before worker threads start.
+/// Sets how freed memory goes back to the OS and starts the purger thread
+/// (see the module doc); call before worker threads start.
 pub fn configure() {
-    if std::env::var_os("MIMALLOC_PURGE_DECOMMITS").is_some() {
-        return;
+    if std::env::var_os("MIMALLOC_PURGE_DECOMMITS").is_none() {
+        // SAFETY: `mi_option_set` takes an option index and a value and
+        // only stores the value; PURGE_DECOMMITS is a valid index (checked
+        // by the tests), and mimalloc reads the option at each purge.
+        unsafe { mi_option_set(PURGE_DECOMMITS, 0) };
     }
-    // SAFETY: `mi_option_set` takes an option index and a value and only
-    // stores the value; PURGE_DECOMMITS is a valid index (checked by the
-    // tests), and mimalloc reads the option at each purge.
-    unsafe { mi_option_set(PURGE_DECOMMITS, 0) };
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        let own_delay = purge_delay_ms();
+        // SAFETY: as above; PURGE_DELAY is a valid index (the tests read
+        // its default through it).
+        unsafe { mi_option_set(PURGE_DELAY, PURGE_DELAY_MS) };
+        let spawned = std::thread::Builder::new()
+            .name("stride-purger".into())
+            .spawn(|| loop {
+                std::thread::sleep(PURGE_INTERVAL);
+                purge_now();
+            });
+        if spawned.is_err() {
+            // No thread: mimalloc's own delay, as without the purger.
+            // SAFETY: as above.
+            unsafe { mi_option_set(PURGE_DELAY, own_delay) };
+        }
+    }
+}
+
+/// Purges every range freed so far, on the calling thread.
+fn purge_now() {
+    // SAFETY: `mi_collect` takes no pointers; a forced collect purges the
+    // arenas' free ranges under mimalloc's own purge guard, safe from any
+    // thread while others allocate.
+    unsafe { mi_collect(true) };
+}
+
+/// mimalloc's purge delay in milliseconds now.
+pub fn purge_delay_ms() -> c_long {
+    // SAFETY: reads one option by a valid index.
+    unsafe { mi_option_get(PURGE_DELAY) }
 }
 
 /// Whether freed memory is purged by decommitting it (mimalloc's default).
@@ -74,5 +126,17 @@ mod tests {
         assert!(purge_decommits(), "mimalloc decommits by default");
         configure();
         assert!(!purge_decommits(), "configure() purges by resetting");
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            assert_eq!(purge_delay_ms(), PURGE_DELAY_MS, "the purger's delay");
+            // The purger runs on a thread of its own.
+            let threads = std::fs::read_dir("/proc/self/task").unwrap();
+            let names: Vec<String> = threads
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .collect();
+            assert!(
+                names.iter().any(|n| n.trim() == "stride-purger"),
+                "{names:?}"
+            );
+        }
     }
 }

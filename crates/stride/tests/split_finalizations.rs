@@ -3,7 +3,9 @@
 //! workers, tiny and adaptive morsels. A sort of 100 000 rows runs as
 //! "sort units" and "merge key ranges" steps and must give every row once,
 //! keys in order; a hash join building on 100 000 rows lays its table out
-//! in a step and must join as before.
+//! in a step and must join as before. Smaller breakers split too (a sort of
+//! 20 000 rows on several keys, a build of 20 000 rows), and an aggregate
+//! of 200 000 groups prepares its merge in chunks of every partial.
 
 use stride_sched::{MorselPolicy, SchedulerConfig};
 use stride_sql::{Engine, EngineConfig};
@@ -136,5 +138,91 @@ fn a_large_aggregate_prepares_its_merge_in_a_step() {
             .unwrap();
         assert!(out.stats.follow_ups >= 1, "{workers}, {morsels:?}");
         assert_eq!(pairs(&out), vec![(Some(50_000), 100_000)]);
+    }
+}
+
+#[test]
+fn a_medium_sort_on_several_keys_is_split_and_sorts() {
+    for (workers, morsels) in [
+        (1, MorselPolicy::Fixed(7)),
+        (2, MorselPolicy::Fixed(333)),
+        (2, MorselPolicy::Adaptive(Default::default())),
+    ] {
+        let engine = engine(workers, morsels.clone());
+        let mut s = engine.session();
+        // 20 000 rows (past the one-step limit, below 32 Ki), sorted on a
+        // string, a number with ties and NULLs, and the id.
+        let out = s
+            .query(
+                "SELECT CASE WHEN id % 13 = 0 THEN NULL ELSE id % 5 END AS k, id FROM big \
+                 WHERE id < 20000 ORDER BY CAST(id % 3 AS VARCHAR) DESC, k NULLS LAST, id",
+            )
+            .unwrap();
+        assert!(
+            out.stats.follow_ups >= 2,
+            "{workers} workers, {morsels:?}: the sort ran as steps"
+        );
+        let got = pairs(&out);
+        assert_eq!(got.len(), 20_000);
+        let key = |(k, id): &(Option<i64>, i64)| (-(id % 3), k.unwrap_or(i64::MAX), *id);
+        assert!(
+            got.windows(2).all(|w| key(&w[0]) < key(&w[1])),
+            "{workers} workers, {morsels:?}: out of order"
+        );
+    }
+}
+
+#[test]
+fn a_medium_hash_build_is_laid_out_by_a_step_and_joins() {
+    for (workers, morsels) in [
+        (1, MorselPolicy::Fixed(5)),
+        (2, MorselPolicy::Fixed(777)),
+        (2, MorselPolicy::Adaptive(Default::default())),
+    ] {
+        let engine = engine(workers, morsels.clone());
+        let mut s = engine.session();
+        // 18 000 build rows (those of the 24 000 whose key is not NULL):
+        // more than the inline limit (16 Ki).
+        let out = s
+            .query(
+                "SELECT CAST(count(*) AS BIGINT), CAST(sum(a.id) AS BIGINT) \
+                 FROM (SELECT id FROM big WHERE id < 24000) a JOIN big b \
+                 ON CASE WHEN a.id % 4 = 0 THEN NULL ELSE a.id END = b.id",
+            )
+            .unwrap();
+        assert!(out.stats.follow_ups >= 1, "{workers}, {morsels:?}");
+        // Ids below 24 000 not divisible by 4: 18 000 rows, summing to
+        // 287 988 000 - 4 * (0 + 1 + … + 5 999) = 216 000 000.
+        assert_eq!(pairs(&out), vec![(Some(18_000), 216_000_000)]);
+    }
+}
+
+#[test]
+fn a_large_aggregate_prepares_its_merge_in_chunks() {
+    for (workers, morsels) in [
+        (1, MorselPolicy::Fixed(997)),
+        (2, MorselPolicy::Fixed(4093)),
+        (2, MorselPolicy::Adaptive(Default::default())),
+    ] {
+        let engine = engine(workers, morsels.clone());
+        let mut s = engine.session();
+        // 400 000 rows, 200 000 groups of two rows: more than one chunk
+        // (64 Ki groups) of a worker's partial.
+        let out = s
+            .query(
+                "SELECT CAST(count(*) AS BIGINT), CAST(sum(n * g) AS BIGINT) FROM \
+                 (SELECT g, count(*) AS n FROM \
+                   (SELECT (a.id * 4 + d.column1) % 200000 AS g \
+                    FROM big a, (SELECT column1 FROM d WHERE column1 < 4) d) x \
+                  GROUP BY g) t WHERE n = 2",
+            )
+            .unwrap();
+        assert!(out.stats.follow_ups >= 1, "{workers}, {morsels:?}");
+        // Every g in 0..200000 twice: 200 000 groups, sum(2·g) = 2 · 19 999 900 000.
+        assert_eq!(
+            pairs(&out),
+            vec![(Some(200_000), 39_999_800_000)],
+            "{workers}, {morsels:?}"
+        );
     }
 }

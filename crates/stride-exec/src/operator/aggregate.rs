@@ -14,7 +14,11 @@
 //!
 //! Each worker's hash table is split into 64 sub-tables by hash bits, so that
 //! growing it rehashes a sixty-fourth of the groups at a time rather than all
-//! of them inside one morsel (see [`SUB_TABLES`]).
+//! of them inside one morsel (see [`SUB_TABLES`]); its own per-group arrays
+//! (keys, hashes) grow ahead of the accumulators' ([`grow_early`]), so that
+//! not every array of the partial doubles in the same morsel. Preparing the
+//! merge runs as a step whose parts each list one chunk of a partial's
+//! groups by partition ([`PrepareMerge`]).
 //!
 //! Memory: after each batch a worker charges its query for what its hash
 //! table, keys and accumulators grew by ([`crate::memory`]); the partial
@@ -317,6 +321,17 @@ impl GroupKeys {
         }
     }
 
+    /// Makes room for `more` keys (integer keys only: Arrow's rows grow
+    /// as they do).
+    fn reserve_exact(&mut self, more: usize) {
+        if let GroupKeys::Int { values, nulls } = self {
+            values.reserve_exact(more);
+            if let Some(n) = nulls {
+                n.reserve_exact(more);
+            }
+        }
+    }
+
     /// Appends key `i` of `other`.
     fn push_from(&mut self, other: &GroupKeys, i: usize) {
         match (self, other) {
@@ -445,6 +460,29 @@ fn grow_staggered(map: &mut HashTable<u32>, s: usize, hashes: &[u64]) {
     }
 }
 
+/// A group table's own arrays of fewer slots than this grow when full,
+/// like any vector.
+const EARLY_GROWTH_MIN: usize = 1 << 16;
+
+/// Doubles a group table's per-group arrays (hashes, integer keys) at
+/// three quarters of their capacity rather than when full.
+///
+/// The accumulators' arrays (DataFusion's, out of our hands) double when
+/// the number of groups passes a power of two, and so, growing one group
+/// at a time, would the table's own arrays: every per-group array of a
+/// partial then doubles — copied whole — in the same morsel (q18 at SF 1:
+/// 16 MB copied at once past 512 Ki groups, 3–6 ms in one morsel). Grown
+/// at `3·2^k` groups instead, the table's arrays never double in the
+/// morsel where the accumulators' do.
+#[inline]
+fn grow_early(hashes: &mut Vec<u64>, keys: &mut GroupKeys) {
+    let (len, cap) = (hashes.len(), hashes.capacity());
+    if cap >= EARLY_GROWTH_MIN && len == cap / 4 * 3 {
+        hashes.reserve_exact(2 * cap - len);
+        keys.reserve_exact(2 * cap - len);
+    }
+}
+
 /// A hash table from encoded group keys to dense group indices.
 #[derive(Debug)]
 struct GroupTable {
@@ -492,6 +530,7 @@ impl GroupTable {
                 Some(&g) => g,
                 None => {
                     let g = hashes.len() as u32;
+                    grow_early(hashes, keys);
                     keys.push_from(input, i);
                     hashes.push(h);
                     if sub_mask > 0 {
@@ -568,7 +607,19 @@ pub fn merge_partitions(groups: usize, min: usize) -> usize {
 struct PartialOutput {
     keys: Option<GroupKeys>,
     states: Vec<Vec<ArrayRef>>,
-    by_partition: Vec<Vec<u32>>,
+    /// Per chunk of its groups (ascending), the chunk's groups by merge
+    /// partition ([`PrepareMerge`]).
+    chunks: Vec<Vec<Vec<u32>>>,
+}
+
+impl PartialOutput {
+    /// The partial's groups in merge partition `p`, ascending.
+    fn in_partition(&self, p: usize) -> Vec<u32> {
+        match self.chunks.as_slice() {
+            [one] => one[p].clone(),
+            chunks => chunks.iter().flat_map(|c| c[p].iter().copied()).collect(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -748,18 +799,108 @@ fn partition_of(h: u64, partitions: usize) -> usize {
 /// step ([`PrepareMerge`]) rather than inside the sink's `finish`.
 const SPLIT_PREPARE_GROUPS: usize = 1 << 14;
 
-/// Prepares the partitioned merge: one part per worker's partial turns its
-/// accumulators into state arrays and lists its groups by merge partition;
-/// the step's finish hands the merge its input.
+/// Groups of a partial one part of [`PrepareMerge`] lists by merge
+/// partition: a part is one morsel, and scattering a worker's whole
+/// partial (q18 at SF 1: ~750 K groups into ~370 partitions) took 4–6 ms
+/// in one; a sixteenth of that stays well under a millisecond.
+const PREPARE_CHUNK_GROUPS: usize = 1 << 16;
+
+/// One worker's partial, taken apart for [`PrepareMerge`]: its
+/// accumulators (turned into state arrays by one part), its keys (moved
+/// to the merge untouched) and its groups' hashes (read by the parts that
+/// list the groups by partition).
+#[derive(Debug)]
+struct PreparedPartial {
+    states: Mutex<Option<Vec<GroupState>>>,
+    keys: Mutex<Option<GroupKeys>>,
+    /// `None` without GROUP BY: the partial's one group goes to partition 0.
+    hashes: Option<Vec<u64>>,
+    /// The state arrays, once the partial's state part ran (until the
+    /// step's finish takes them).
+    state_arrays: Mutex<Option<Vec<Vec<ArrayRef>>>>,
+    /// Per chunk of [`PREPARE_CHUNK_GROUPS`] groups, its groups by merge
+    /// partition, once the chunk's part ran (until the finish takes them).
+    chunks: Vec<Mutex<Option<Vec<Vec<u32>>>>>,
+}
+
+/// What one part of [`PrepareMerge`] does.
+#[derive(Debug, Clone, Copy)]
+enum PreparePart {
+    /// Turns partial `p`'s accumulators into state arrays.
+    States(usize),
+    /// Lists chunk `c` of partial `p`'s groups by merge partition.
+    Chunk(usize, usize),
+}
+
+/// Prepares the partitioned merge: for every worker's partial, one part
+/// turns its accumulators into state arrays, and one part per chunk of
+/// its groups lists them by merge partition; the step's finish hands the
+/// merge its input.
 #[derive(Debug)]
 struct PrepareMerge {
-    partials: Vec<Mutex<Option<Partial>>>,
-    /// Each part's output, until the step's finish takes them all.
-    outputs: Vec<Mutex<Option<PartialOutput>>>,
+    partials: Vec<PreparedPartial>,
+    parts: Vec<PreparePart>,
+    /// Groups per chunk ([`PREPARE_CHUNK_GROUPS`]; tests use fewer).
+    chunk_groups: usize,
     partitions: usize,
     spilled: Mutex<Vec<SpilledPartial>>,
     charged: usize,
     output: Arc<Mutex<Option<Arc<MergeInput>>>>,
+}
+
+impl PrepareMerge {
+    fn new(
+        partials: Vec<Partial>,
+        partitions: usize,
+        spilled: Vec<SpilledPartial>,
+        charged: usize,
+        output: Arc<Mutex<Option<Arc<MergeInput>>>>,
+        chunk_groups: usize,
+    ) -> Self {
+        let chunk_groups = chunk_groups.max(1);
+        let mut parts = Vec::new();
+        let partials = partials
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let (keys, hashes) = match p.table {
+                    Some(table) => (Some(table.keys), Some(table.hashes)),
+                    None => (None, None),
+                };
+                let groups = hashes.as_ref().map_or(1, Vec::len);
+                let chunks = groups.div_ceil(chunk_groups).max(1);
+                parts.push(PreparePart::States(i));
+                parts.extend((0..chunks).map(|c| PreparePart::Chunk(i, c)));
+                PreparedPartial {
+                    states: Mutex::new(Some(p.states)),
+                    keys: Mutex::new(keys),
+                    hashes,
+                    state_arrays: Mutex::new(None),
+                    chunks: (0..chunks).map(|_| Mutex::new(None)).collect(),
+                }
+            })
+            .collect();
+        PrepareMerge {
+            partials,
+            parts,
+            chunk_groups,
+            partitions,
+            spilled: Mutex::new(spilled),
+            charged,
+            output,
+        }
+    }
+}
+
+/// Puts a part's output into its empty slot; `None` if it was not empty.
+fn put<T>(slot: &Mutex<Option<T>>, value: T) -> Option<()> {
+    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+    slot.is_none().then(|| *slot = Some(value))
+}
+
+/// Takes a part's output out of its slot.
+fn take_out<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
 impl SplitStep for PrepareMerge {
@@ -768,51 +909,66 @@ impl SplitStep for PrepareMerge {
     }
 
     fn parts(&self) -> usize {
-        self.partials.len()
+        self.parts.len()
     }
 
     fn run_part(&self, part: usize, _worker: usize) -> Result<usize> {
-        let taken = self.partials[part]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let mut p = taken.ok_or_else(|| ExecError::Internal("partial prepared twice".into()))?;
-        let states = p
-            .states
-            .iter_mut()
-            .map(|st| st.state())
-            .collect::<Result<Vec<_>>>()?;
-        let mut by_partition = vec![Vec::new(); self.partitions];
-        let (keys, groups) = match p.table {
-            Some(table) => {
-                for (g, h) in table.hashes.iter().enumerate() {
-                    by_partition[partition_of(*h, self.partitions)].push(g as u32);
-                }
-                let groups = table.hashes.len();
-                (Some(table.keys), groups)
+        let twice = || ExecError::Internal("partial prepared twice".into());
+        match self.parts[part] {
+            PreparePart::States(i) => {
+                let p = &self.partials[i];
+                let mut states = p
+                    .states
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .ok_or_else(twice)?;
+                let arrays = states
+                    .iter_mut()
+                    .map(GroupState::state)
+                    .collect::<Result<Vec<_>>>()?;
+                put(&p.state_arrays, arrays).ok_or_else(twice)?;
+                Ok(p.hashes.as_ref().map_or(1, Vec::len))
             }
-            None => {
-                by_partition[0].push(0);
-                (None, 1)
+            PreparePart::Chunk(i, c) => {
+                let p = &self.partials[i];
+                let mut by_partition = vec![Vec::new(); self.partitions];
+                let rows = match &p.hashes {
+                    Some(hashes) => {
+                        let first = c * self.chunk_groups;
+                        let end = (first + self.chunk_groups).min(hashes.len());
+                        for (g, h) in hashes[first..end].iter().enumerate() {
+                            by_partition[partition_of(*h, self.partitions)]
+                                .push((first + g) as u32);
+                        }
+                        end - first
+                    }
+                    None => {
+                        by_partition[0].push(0);
+                        1
+                    }
+                };
+                put(&p.chunks[c], by_partition).ok_or_else(twice)?;
+                Ok(rows)
             }
-        };
-        *self.outputs[part].lock().unwrap_or_else(|e| e.into_inner()) = Some(PartialOutput {
-            keys,
-            states,
-            by_partition,
-        });
-        Ok(groups)
+        }
     }
 
     fn finish(&self) -> Result<Steps> {
+        let missing = || ExecError::Internal("merge prepared before its parts".into());
         let parts = self
-            .outputs
+            .partials
             .iter()
-            .map(|o| {
-                o.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take()
-                    .ok_or_else(|| ExecError::Internal("merge prepared before its parts".into()))
+            .map(|p| {
+                Ok(PartialOutput {
+                    keys: p.keys.lock().unwrap_or_else(|e| e.into_inner()).take(),
+                    states: take_out(&p.state_arrays).ok_or_else(missing)?,
+                    chunks: p
+                        .chunks
+                        .iter()
+                        .map(|c| take_out(c).ok_or_else(missing))
+                        .collect::<Result<_>>()?,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         let mut output = self.output.lock().unwrap_or_else(|e| e.into_inner());
@@ -946,14 +1102,14 @@ impl Sink for AggregateSink {
                     .map_or(p.keyless_groups, |t| t.hashes.len())
             })
             .sum();
-        let prepare = PrepareMerge {
-            outputs: partials.iter().map(|_| Mutex::new(None)).collect(),
-            partials: partials.into_iter().map(|p| Mutex::new(Some(p))).collect(),
+        let prepare = PrepareMerge::new(
+            partials,
             partitions,
-            spilled: Mutex::new(spilled),
+            spilled,
             charged,
-            output: self.output.clone(),
-        };
+            self.output.clone(),
+            PREPARE_CHUNK_GROUPS,
+        );
         if groups <= SPLIT_PREPARE_GROUPS {
             // Little to do: no step of its own.
             for part in 0..prepare.parts() {
@@ -1035,18 +1191,18 @@ impl AggregateMergeSource {
             Some(self.memory.charge(held, "aggregate merge")?)
         };
         for part in &input.parts {
-            let sel = &part.by_partition[partition];
+            let sel = part.in_partition(partition);
             if sel.is_empty() {
                 continue;
             }
             match (&mut table, &part.keys) {
                 (Some(t), Some(keys)) => {
-                    t.intern(keys, Some(sel), &mut groups);
+                    t.intern(keys, Some(&sel), &mut groups);
                     total = t.len();
                 }
                 _ => groups = vec![0; sel.len()],
             }
-            let idx = UInt32Array::from(sel.clone());
+            let idx = UInt32Array::from(sel);
             for (state, cols) in states.iter_mut().zip(&part.states) {
                 let cols = cols
                     .iter()
@@ -1193,7 +1349,7 @@ mod tests {
         use datafusion_physical_expr::aggregate::AggregateExprBuilder;
         use datafusion_physical_expr::expressions::Column;
 
-        fn input_schema() -> SchemaRef {
+        pub(super) fn input_schema() -> SchemaRef {
             Arc::new(Schema::new(vec![
                 Field::new("k", DataType::Int64, true),
                 Field::new("s", DataType::Utf8, true),
@@ -1203,7 +1359,7 @@ mod tests {
         }
 
         /// 30 000 rows over ~6 000 keys `k` (NULL among them), 3 values of `s`.
-        fn batch(from: i64, n: i64) -> RecordBatch {
+        pub(super) fn batch(from: i64, n: i64) -> RecordBatch {
             let ids = from..from + n;
             RecordBatch::try_new(
                 input_schema(),
@@ -1227,12 +1383,12 @@ mod tests {
             .unwrap()
         }
 
-        fn col(name: &str) -> ExprRef {
+        pub(super) fn col(name: &str) -> ExprRef {
             let i = input_schema().index_of(name).unwrap();
             Arc::new(Column::new(name, i))
         }
 
-        fn spec(
+        pub(super) fn spec(
             f: Arc<datafusion_expr::AggregateUDF>,
             arg: &str,
             name: &str,
@@ -1372,6 +1528,153 @@ mod tests {
             drop((sink, _merge, area));
             std::fs::remove_dir_all(&parent).unwrap();
         }
+    }
+
+    mod chunked {
+        use super::spilling::{batch, col, input_schema, spec};
+        use super::*;
+        use crate::memory::MemoryPool;
+        use arrow::util::display::array_value_to_string;
+        use datafusion_functions_aggregate::average::avg_udaf;
+        use datafusion_functions_aggregate::count::count_udaf;
+        use datafusion_functions_aggregate::min_max::max_udaf;
+        use datafusion_functions_aggregate::sum::sum_udaf;
+
+        /// Aggregates 30 000 rows (keys `keys`) on `workers` partials and
+        /// prepares the merge with `chunk_groups` groups per chunk; returns
+        /// the merge's rows as text, in the order it emits them, and the
+        /// number of parts the prepare step had.
+        fn run(keys: &[&str], workers: usize, chunk_groups: usize) -> (Vec<String>, usize) {
+            let aggregates = vec![
+                spec(sum_udaf(), "v", "sum", false),
+                spec(count_udaf(), "v", "count", false),
+                spec(avg_udaf(), "f", "avg", false),
+                spec(max_udaf(), "s", "max", false),
+                spec(count_udaf(), "v", "distinct", true),
+            ];
+            let mut fields: Vec<Field> = keys
+                .iter()
+                .map(|k| input_schema().field_with_name(k).unwrap().clone())
+                .collect();
+            fields.extend(
+                aggregates
+                    .iter()
+                    .map(|a| a.function.field().as_ref().clone()),
+            );
+            let memory = QueryMemory::new(MemoryPool::new(1 << 30), usize::MAX);
+            let (sink, merge) = aggregate(
+                keys.iter().map(|k| col(k)).collect(),
+                keys.iter()
+                    .map(|k| {
+                        let schema = input_schema();
+                        schema.field_with_name(k).unwrap().data_type().clone()
+                    })
+                    .collect(),
+                aggregates,
+                input_schema(),
+                Arc::new(Schema::new(fields)),
+                workers,
+                memory,
+            )
+            .unwrap();
+            for (i, from) in (0..30_000).step_by(1000).enumerate() {
+                sink.consume(MorselSeq::at(i as u64), batch(from, 1000), i % workers)
+                    .unwrap();
+            }
+            let partials = sink.partials.take_all();
+            let groups: usize = partials
+                .iter()
+                .map(|p| p.table.as_ref().map_or(1, GroupTable::len))
+                .sum();
+            let partitions = merge_partitions(groups, sink.shared.min_partitions);
+            let prepare = PrepareMerge::new(
+                partials,
+                partitions,
+                Vec::new(),
+                0,
+                sink.output.clone(),
+                chunk_groups,
+            );
+            let parts = prepare.parts();
+            crate::step::run_inline(vec![Arc::new(prepare)]).unwrap();
+            let mut rows = Vec::new();
+            while let Some(m) = merge.next_morsel(1).unwrap() {
+                for (_, b) in m.slices {
+                    for r in 0..b.num_rows() {
+                        let cells: Vec<String> = b
+                            .columns()
+                            .iter()
+                            .map(|c| array_value_to_string(c, r).unwrap())
+                            .collect();
+                        rows.push(cells.join("|"));
+                    }
+                }
+            }
+            (rows, parts)
+        }
+
+        #[test]
+        fn a_merge_prepared_in_chunks_gives_the_same_rows_in_the_same_order() {
+            for keys in [&["k"][..], &["k", "s"][..], &[][..]] {
+                for workers in [1, 2] {
+                    let (whole, one_chunk) = run(keys, workers, usize::MAX);
+                    // One part for the states and one for the groups, per partial.
+                    assert_eq!(one_chunk, 2 * workers, "{keys:?}");
+                    let (chunked, parts) = run(keys, workers, 7);
+                    if !keys.is_empty() {
+                        assert!(parts > 400 * workers, "{keys:?}: {parts} parts");
+                    }
+                    assert_eq!(chunked, whole, "{keys:?} on {workers} workers");
+                    assert!(!whole.is_empty());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_tables_own_arrays_grow_apart_from_powers_of_two() {
+        let codec = KeyCodec::new(vec![DataType::Int64]).unwrap();
+        let mut table = GroupTable::new(&codec, SUB_TABLES);
+        let mut groups = Vec::new();
+        let mut grew = 0;
+        for start in (0..1i64 << 20).step_by(2048) {
+            let keys: ArrayRef = Arc::new(arrow::array::Int64Array::from_iter_values(
+                start..start + 2048,
+            ));
+            let (len, cap) = (table.hashes.len(), table.hashes.capacity());
+            let key_cap = match &table.keys {
+                GroupKeys::Int { values, .. } => values.capacity(),
+                GroupKeys::Rows(_) => unreachable!("an integer key"),
+            };
+            table.intern(&codec.encode(&[keys]).unwrap(), None, &mut groups);
+            let after = table.hashes.len();
+            if table.hashes.capacity() != cap && cap >= EARLY_GROWTH_MIN {
+                grew += 1;
+                // Grown before full, in a batch that crossed no power of
+                // two (where the accumulators double), keys alike.
+                assert!(len < cap, "grew only when full at {len}");
+                assert_eq!(
+                    (len..after).find(|n| n.is_power_of_two()),
+                    None,
+                    "grew at {len}..{after}"
+                );
+                assert_eq!(table.hashes.capacity(), 2 * cap);
+                match &table.keys {
+                    GroupKeys::Int { values, .. } => {
+                        assert_eq!(values.capacity(), 2 * key_cap.max(cap))
+                    }
+                    GroupKeys::Rows(_) => unreachable!("an integer key"),
+                }
+            }
+        }
+        // 64 Ki → 128 Ki → … → 2 Mi slots for 1 Mi groups (the last at
+        // 768 Ki groups).
+        assert_eq!(grew, 5, "early growths past the minimum");
+        assert_eq!(table.len(), 1 << 20);
+        assert!(groups
+            .iter()
+            .enumerate()
+            .all(|(i, &g)| g == (1 << 20) - 2048 + i));
     }
 
     #[test]

@@ -12,12 +12,14 @@
 //! preempt between:
 //!
 //! ```text
-//!   finish ──► step 1, sort units: the input in units of SORT_UNIT_ROWS
-//!              rows; a part converts one unit's keys to Arrow's row
-//!              format and sorts the unit's row indices (stable)
-//!          ──► step 1 finish: samples every SAMPLE_EVERY-th row of each
+//!   finish ──► step 1, sort units: the input in units of an eighth of
+//!              it, 4 Ki to 16 Ki rows (`unit_rows`); a part converts one
+//!              unit's keys to Arrow's row format and sorts the unit's
+//!              row indices (stable)
+//!          ──► step 1 finish: samples every (R/16)-th row of each
 //!              sorted unit and picks splitters: P-1 samples at the
-//!              quantiles, P = rows / MERGE_RANGE_ROWS
+//!              quantiles, P = rows / R, R = an eighth of the input,
+//!              4 Ki to 32 Ki rows (`range_rows`)
 //!          ──► step 2, merge key ranges: part p finds, by binary search in
 //!              each unit, the rows between splitters p-1 and p, merges them
 //!              and writes blocks with sequence (p, block) to the output
@@ -96,19 +98,36 @@ const OUTPUT_BLOCK_ROWS: usize = 64 * 1024;
 /// Most rows per chunk of a sorted run file and per block a merge emits.
 const MERGE_CHUNK_ROWS: usize = 8192;
 
-/// Rows per unit of a split sort's first step (one part each).
+/// Most rows per unit of a split sort's first step (one part each).
 const SORT_UNIT_ROWS: usize = 16 * 1024;
 
-/// Target rows per key range of a split sort's merge (one part each).
+/// Fewest rows per unit: inputs of fewer than `8 · SORT_UNIT_ROWS` rows
+/// are cut into 8 units or units of this many rows ([`unit_rows`]).
+const MIN_SORT_UNIT_ROWS: usize = 4 * 1024;
+
+/// Most rows per key range of a split sort's merge (one part each).
 const MERGE_RANGE_ROWS: usize = 32 * 1024;
 
-/// A split sort samples every this-many-th row of each sorted unit
-/// (about 16 samples per key range).
-const SAMPLE_EVERY: usize = MERGE_RANGE_ROWS / 16;
+/// Target rows per key range of a split sort of `rows` rows: an eighth of
+/// the input, between [`MIN_SORT_UNIT_ROWS`] and [`MERGE_RANGE_ROWS`] (a
+/// sort just past [`SPLIT_MIN_ROWS`] merged as one range would be one
+/// long part again: q16's 18 K rows, ~3 ms).
+fn range_rows(rows: usize) -> usize {
+    (rows / 8).clamp(MIN_SORT_UNIT_ROWS, MERGE_RANGE_ROWS)
+}
 
 /// Inputs of at most this many rows are sorted in one step inside
-/// `finish`: a split would cost more than it saves.
-pub const SPLIT_MIN_ROWS: usize = 2 * SORT_UNIT_ROWS;
+/// `finish`: a split would cost more than it saves. (TPC-H q16 at SF 1
+/// sorts 18 K rows on four keys, two of them strings: ~3 ms as one step.)
+pub const SPLIT_MIN_ROWS: usize = 2 * MIN_SORT_UNIT_ROWS;
+
+/// Rows per unit of a split sort of `rows` rows: about an eighth of the
+/// input, between [`MIN_SORT_UNIT_ROWS`] and [`SORT_UNIT_ROWS`], so that
+/// a sort just past [`SPLIT_MIN_ROWS`] is not one long unit and a large
+/// one does not merge more units than it needs.
+fn unit_rows(rows: usize) -> usize {
+    (rows / 8).clamp(MIN_SORT_UNIT_ROWS, SORT_UNIT_ROWS)
+}
 
 #[derive(Debug, Default)]
 struct Run {
@@ -649,7 +668,7 @@ struct SplitSort {
 }
 
 /// One unit of a split sort: consecutive input batches of at most
-/// [`SORT_UNIT_ROWS`] rows; once its part ran, their keys and order.
+/// [`unit_rows`] rows; once its part ran, their keys and order.
 #[derive(Debug)]
 struct Unit {
     /// `starts[i]`: the unit row of batch `i`'s first row; then the total.
@@ -752,6 +771,7 @@ struct SortUnits {
 
 impl SortUnits {
     fn new(split: Arc<SplitSort>, input: Vec<RecordBatch>, bytes: usize) -> Self {
+        let per_unit = unit_rows(input.iter().map(RecordBatch::num_rows).sum());
         let mut batches = Vec::new();
         let mut units = Vec::new();
         let mut open: Option<Unit> = None;
@@ -763,12 +783,12 @@ impl SortUnits {
                     batch_base: batches.len(),
                     sorted: OnceLock::new(),
                 });
-                let n = (SORT_UNIT_ROWS - unit.len()).min(batch.num_rows() - offset);
+                let n = (per_unit - unit.len()).min(batch.num_rows() - offset);
                 batches.push(batch.slice(offset, n));
                 offset += n;
                 let end = unit.len() + n;
                 unit.starts.push(end);
-                if end == SORT_UNIT_ROWS {
+                if end == per_unit {
                     units.extend(open.take());
                 }
             }
@@ -825,14 +845,15 @@ impl SplitStep for SortUnits {
         let units = &self.units;
         let sorted = units.sorted()?;
         let total: usize = units.units.iter().map(Unit::len).sum();
+        let range = range_rows(total);
+        // About 16 samples per key range.
+        let every = (range / 16).max(1);
         let mut samples: Vec<At> = Vec::new();
         for (u, unit) in units.units.iter().enumerate() {
-            samples.extend((0..unit.len()).step_by(SAMPLE_EVERY).map(|pos| (u, pos)));
+            samples.extend((0..unit.len()).step_by(every).map(|pos| (u, pos)));
         }
         samples.sort_by(|&a, &b| sorted.cmp(a, b));
-        let ranges = total
-            .div_ceil(MERGE_RANGE_ROWS)
-            .clamp(1, samples.len().max(1));
+        let ranges = total.div_ceil(range).clamp(1, samples.len().max(1));
         let mut splitters: Vec<At> = (1..ranges)
             .map(|i| samples[i * samples.len() / ranges])
             .collect();
@@ -1180,7 +1201,7 @@ mod tests {
             vec![key(1, true, false)],
         ] {
             let (got, parts) = split_sort(keys.clone(), 200_000);
-            // 200 000 rows: 13 units of 16 Ki rows, then ~7 key ranges.
+            // 200 000 rows: 13 units of 16 Ki rows, then ~8 key ranges.
             assert_eq!(parts[0], 13, "{parts:?}");
             assert!(parts[1] >= 5, "{parts:?}");
             same(
@@ -1195,10 +1216,11 @@ mod tests {
     fn key_ranges_split_a_run_of_equal_keys() {
         // `f` has 13 values and NULLs over 200 000 rows; one range per
         // distinct key would leave ranges of 15 000+ rows and at most 14
-        // of them; ranges cut inside runs of equal keys stay near 32 Ki.
+        // of them; ranges cut inside runs of equal keys stay near an
+        // eighth of the input (25 000 rows).
         let keys = vec![key(1, false, true)];
         let (got, parts) = split_sort(keys.clone(), 200_000);
-        assert_eq!(parts[1], 7, "{parts:?}");
+        assert_eq!(parts[1], 8, "{parts:?}");
         same(&got, &stable_reference(&keys, 200_000), "f");
         // A single key value everywhere: still split.
         let constant = vec![SortKey {

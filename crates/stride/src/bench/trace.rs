@@ -9,6 +9,14 @@
 //! run over the wire, uncorrelated subqueries run during planning) are
 //! matched by time: labelled when exactly one sample was in flight for the
 //! whole span of the group's tasks; otherwise they keep their id only.
+//!
+//! Every step's `args` carry the task set it belongs to: `task_set` (the
+//! planned stage), `entry` (which of the group's installed task sets, so
+//! that a stage's follow-ups are told apart) and `step` (the task set's
+//! name, which the scheduler records with its finalization; a task set
+//! still running when the trace was taken has none), and `cpu_us`, the CPU
+//! time the worker's thread used in it (below `dur` when the OS ran other
+//! threads meanwhile) and `faults`, the page faults it took.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -60,6 +68,10 @@ pub fn document(records: &[TaskRecord], origin: Instant, t0: Instant, samples: &
         })
         .collect();
     names.extend(by_time);
+    let steps: BTreeMap<(u64, u64), &str> = records
+        .iter()
+        .filter_map(|r| Some(((r.group, r.entry), r.name.as_deref()?)))
+        .collect();
     let mut events = Vec::with_capacity(records.len() + samples.len() + 8);
     events.push(
         json!({"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "stride workers"}}),
@@ -87,7 +99,10 @@ pub fn document(records: &[TaskRecord], origin: Instant, t0: Instant, samples: &
             "cat": if r.finalize { "finalize" } else { "task" },
             "ts": r.start_ns as f64 / 1e3,
             "dur": (r.end_ns - r.start_ns) as f64 / 1e3,
-            "args": {"group": r.group, "task_set": r.task_set, "morsels": r.morsels,
+            "args": {"group": r.group, "task_set": r.task_set, "entry": r.entry,
+                "step": steps.get(&(r.group, r.entry)), "cpu_us": r.cpu_ns.map(|c| c as f64 / 1e3),
+                "faults": r.faults,
+                "morsels": r.morsels,
                 "tuples": r.tuples, "query": names.get(&r.group)},
         }));
     }
@@ -139,9 +154,13 @@ mod tests {
             end_ns: e_ms * 1_000_000,
             group,
             task_set: 0,
+            entry: 0,
             morsels: 2,
             tuples: 100,
             finalize: false,
+            cpu_ns: Some(1_000_000),
+            faults: Some(12),
+            name: None,
         };
         // Sample q6 runs 11..20 ms on the tracer's clock (1..10 ms after t0).
         let sample = Sample {
@@ -161,19 +180,37 @@ mod tests {
             task_cpu_ms: None,
             server_tag: None,
         };
-        let records = [rec(0, 7, 12, 14), rec(1, 7, 13, 19), rec(0, 8, 30, 31)];
+        let finalized = TaskRecord {
+            finalize: true,
+            name: Some("pipeline 0: scan → result".into()),
+            morsels: 0,
+            tuples: 0,
+            ..rec(1, 7, 19, 20)
+        };
+        let records = [
+            rec(0, 7, 12, 14),
+            rec(1, 7, 13, 19),
+            finalized,
+            rec(0, 8, 30, 31),
+        ];
         let doc = document(&records, origin, t0, std::slice::from_ref(&sample));
         let events = doc["traceEvents"].as_array().unwrap();
         let tasks: Vec<&Value> = events
             .iter()
             .filter(|e| e["ph"] == "X" && e["pid"] == 1)
             .collect();
-        assert_eq!(tasks.len(), 3);
+        assert_eq!(tasks.len(), 4);
         assert_eq!(tasks[0]["name"], "short/q6 (group 7)");
-        assert_eq!(tasks[2]["name"], "group 8");
+        assert_eq!(tasks[2]["name"], "short/q6 (group 7) finalize");
+        assert_eq!(tasks[3]["name"], "group 8");
         assert_eq!(tasks[1]["tid"], 1);
         assert_eq!(tasks[1]["dur"], 6000.0);
         assert_eq!(tasks[0]["args"]["tuples"], 100);
+        // The finalization names its task set for the set's tasks too.
+        assert_eq!(tasks[0]["args"]["step"], "pipeline 0: scan → result");
+        assert_eq!(tasks[3]["args"]["step"], Value::Null);
+        assert_eq!(tasks[0]["args"]["cpu_us"], 1000.0);
+        assert_eq!(tasks[0]["args"]["faults"], 12);
         let query = events
             .iter()
             .find(|e| e["pid"] == 2 && e["ph"] == "X")
@@ -201,6 +238,7 @@ mod tests {
             [
                 "short/q1 (group 7)",
                 "short/q1 (group 7)",
+                "short/q1 (group 7) finalize",
                 "short/q1 (group 8)"
             ]
         );

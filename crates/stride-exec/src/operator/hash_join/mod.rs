@@ -27,9 +27,10 @@
 //! misses (SF 1 `orders`: tens of milliseconds). So the build's `finish`
 //! only concatenates the rows, encodes their keys and allocates the buckets
 //! — for more than [`SPLIT_BUILD_ROWS`] rows not even that: it returns a
-//! split step ([`crate::step`]) whose parts, on any workers, encode the keys
-//! and concatenate one column each, and whose finish allocates the table —
-//! and a pipeline of its own, with morsels of build rows, links them:
+//! split step ([`crate::step`]) whose parts, on any workers, encode the keys,
+//! allocate the buckets and chains, and concatenate one column each, and
+//! whose finish puts the table together — and a pipeline of its own, with
+//! morsels of build rows, links them:
 //!
 //! ```text
 //!   table state:   allocated ──insert tasks (any worker, any order)──► linked ──insert finish──► ready

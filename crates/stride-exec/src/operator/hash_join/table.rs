@@ -19,6 +19,45 @@ use crate::step::Steps;
 /// `finish` (well under a millisecond) instead of by the insert pipeline.
 pub const INLINE_INSERT_ROWS: usize = 1 << 14;
 
+/// A table's buckets, chains and match bits for `n` build rows, all
+/// empty: what takes the time of allocating a large table (writing every
+/// bucket once), done apart from the rest of its layout.
+#[derive(Debug)]
+pub(super) struct TableStructures {
+    heads: Vec<AtomicU32>,
+    next: Vec<AtomicU32>,
+    matched: Vec<AtomicU64>,
+}
+
+impl TableStructures {
+    pub(super) fn new(n: usize, track_matches: bool) -> Result<Self> {
+        if n >= u32::MAX as usize {
+            return Err(ExecError::Unsupported(format!(
+                "hash join build side of {n} rows (limit {})",
+                u32::MAX - 1
+            )));
+        }
+        let buckets = (n.max(1) * 2).next_power_of_two();
+        Ok(TableStructures {
+            heads: (0..buckets).map(|_| AtomicU32::new(0)).collect(),
+            next: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            matched: if track_matches {
+                (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+}
+
+/// The build rows of `n` whose key is NULL, ascending.
+pub(super) fn null_rows(keys: &Keys, n: usize) -> Vec<u32> {
+    (0..n)
+        .filter(|&row| keys.is_null(row))
+        .map(|row| row as u32)
+        .collect()
+}
+
 /// The hash table: chained buckets over the concatenated build rows.
 #[derive(Debug)]
 pub struct JoinHashTable {
@@ -54,28 +93,32 @@ impl JoinHashTable {
     /// (all of them here already when there are few).
     pub(super) fn new(batch: RecordBatch, keys: Keys, track_matches: bool) -> Result<Self> {
         let n = batch.num_rows();
-        if n >= u32::MAX as usize {
-            return Err(ExecError::Unsupported(format!(
-                "hash join build side of {n} rows (limit {})",
-                u32::MAX - 1
-            )));
-        }
-        let buckets = (n.max(1) * 2).next_power_of_two();
-        let null_rows = (0..n)
-            .filter(|&row| keys.is_null(row))
-            .map(|row| row as u32)
-            .collect();
-        let matched = if track_matches {
-            (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
-        } else {
-            Vec::new()
-        };
+        let structures = TableStructures::new(n, track_matches)?;
+        let null_rows = null_rows(&keys, n);
+        Ok(Self::assemble(batch, keys, structures, null_rows))
+    }
+
+    /// The table of `batch` over structures and NULL-key rows built
+    /// beforehand (by [`TableStructures::new`] and [`null_rows`], which a
+    /// large build runs as parts of its layout step).
+    pub(super) fn assemble(
+        batch: RecordBatch,
+        keys: Keys,
+        structures: TableStructures,
+        null_rows: Vec<u32>,
+    ) -> Self {
+        let n = batch.num_rows();
+        let TableStructures {
+            heads,
+            next,
+            matched,
+        } = structures;
         let table = JoinHashTable {
             batch,
             keys,
-            heads: (0..buckets).map(|_| AtomicU32::new(0)).collect(),
-            next: (0..n).map(|_| AtomicU32::new(0)).collect(),
-            mask: buckets as u64 - 1,
+            mask: heads.len() as u64 - 1,
+            heads,
+            next,
             pipeline_rows: if n <= INLINE_INSERT_ROWS { 0 } else { n },
             ready: AtomicBool::new(false),
             matched,
@@ -85,7 +128,7 @@ impl JoinHashTable {
         if table.pipeline_rows == 0 {
             table.insert((0..n as u32).rev());
         }
-        Ok(table)
+        table
     }
 
     /// A table with every row linked and ready for probes (a grace join's

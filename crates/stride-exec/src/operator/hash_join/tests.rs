@@ -353,7 +353,7 @@ fn a_large_build_side_is_laid_out_by_a_split_step() {
             .finish(&stride_sched::FinalizeContext::detached())
             .unwrap();
         assert_eq!(steps.len(), 1, "laid out by a step");
-        assert_eq!(steps[0].parts(), 4, "keys + 3 columns");
+        assert_eq!(steps[0].parts(), 5, "keys, the table, 3 columns");
         crate::step::run_inline(steps).unwrap();
         insert_in_parallel(&slot, 2, 5000);
         let t = slot.get().unwrap();
