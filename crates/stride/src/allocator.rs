@@ -128,11 +128,22 @@ mod tests {
         assert!(!purge_decommits(), "configure() purges by resetting");
         if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
             assert_eq!(purge_delay_ms(), PURGE_DELAY_MS, "the purger's delay");
-            // The purger runs on a thread of its own.
-            let threads = std::fs::read_dir("/proc/self/task").unwrap();
-            let names: Vec<String> = threads
-                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                .collect();
+            // The purger runs on a thread of its own. A new thread names
+            // itself once it runs (until then it shows its parent's name),
+            // so the check waits for that, up to 5 s.
+            let names = || -> Vec<String> {
+                std::fs::read_dir("/proc/self/task")
+                    .unwrap()
+                    .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                    .collect()
+            };
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !names().iter().any(|n| n.trim() == "stride-purger")
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let names = names();
             assert!(
                 names.iter().any(|n| n.trim() == "stride-purger"),
                 "{names:?}"
