@@ -1406,9 +1406,14 @@ mod tests {
             }
         }
 
-        /// Aggregates the input under `limit` bytes with 2 workers; returns
-        /// the result rows as sorted text and the bytes spilled.
-        fn run(keys: &[&str], limit: usize, parent: &std::path::Path) -> (Vec<String>, u64) {
+        /// The aggregate both groups of tests run — sum, count, avg, max and
+        /// count distinct over the input — grouped by `keys`, on `workers`
+        /// partials charging `memory`.
+        pub(super) fn aggregate_over(
+            keys: &[&str],
+            workers: usize,
+            memory: Arc<QueryMemory>,
+        ) -> (AggregateSink, AggregateMergeSource) {
             let aggregates = vec![
                 spec(sum_udaf(), "v", "sum", false),
                 spec(count_udaf(), "v", "count", false),
@@ -1416,37 +1421,37 @@ mod tests {
                 spec(max_udaf(), "s", "max", false),
                 spec(count_udaf(), "v", "distinct", true),
             ];
+            let input = input_schema();
             let mut fields: Vec<Field> = keys
                 .iter()
-                .map(|k| input_schema().field_with_name(k).unwrap().clone())
+                .map(|k| input.field_with_name(k).unwrap().clone())
                 .collect();
             fields.extend(
                 aggregates
                     .iter()
                     .map(|a| a.function.field().as_ref().clone()),
             );
-            let schema = Arc::new(Schema::new(fields));
+            aggregate(
+                keys.iter().map(|k| col(k)).collect(),
+                keys.iter()
+                    .map(|k| input.field_with_name(k).unwrap().data_type().clone())
+                    .collect(),
+                aggregates,
+                input.clone(),
+                Arc::new(Schema::new(fields)),
+                workers,
+                memory,
+            )
+            .unwrap()
+        }
+
+        /// Aggregates the input under `limit` bytes with 2 workers; returns
+        /// the result rows as sorted text and the bytes spilled.
+        fn run(keys: &[&str], limit: usize, parent: &std::path::Path) -> (Vec<String>, u64) {
             let area = SpillArea::new(Some(parent));
             let memory =
                 QueryMemory::with_spill(MemoryPool::new(1 << 30), limit, Some(area.query()));
-            let (sink, merge) = aggregate(
-                keys.iter().map(|k| col(k)).collect(),
-                keys.iter()
-                    .map(|k| {
-                        input_schema()
-                            .field_with_name(k)
-                            .unwrap()
-                            .data_type()
-                            .clone()
-                    })
-                    .collect(),
-                aggregates,
-                input_schema(),
-                schema,
-                2,
-                memory.clone(),
-            )
-            .unwrap();
+            let (sink, merge) = aggregate_over(keys, 2, memory.clone());
             for (i, from) in (0..30_000).step_by(1000).enumerate() {
                 sink.consume(MorselSeq::at(i as u64), batch(from, 1000), i % 2)
                     .unwrap();
@@ -1531,52 +1536,18 @@ mod tests {
     }
 
     mod chunked {
-        use super::spilling::{batch, col, input_schema, spec};
+        use super::spilling::{aggregate_over, batch};
         use super::*;
         use crate::memory::MemoryPool;
         use arrow::util::display::array_value_to_string;
-        use datafusion_functions_aggregate::average::avg_udaf;
-        use datafusion_functions_aggregate::count::count_udaf;
-        use datafusion_functions_aggregate::min_max::max_udaf;
-        use datafusion_functions_aggregate::sum::sum_udaf;
 
         /// Aggregates 30 000 rows (keys `keys`) on `workers` partials and
         /// prepares the merge with `chunk_groups` groups per chunk; returns
         /// the merge's rows as text, in the order it emits them, and the
         /// number of parts the prepare step had.
         fn run(keys: &[&str], workers: usize, chunk_groups: usize) -> (Vec<String>, usize) {
-            let aggregates = vec![
-                spec(sum_udaf(), "v", "sum", false),
-                spec(count_udaf(), "v", "count", false),
-                spec(avg_udaf(), "f", "avg", false),
-                spec(max_udaf(), "s", "max", false),
-                spec(count_udaf(), "v", "distinct", true),
-            ];
-            let mut fields: Vec<Field> = keys
-                .iter()
-                .map(|k| input_schema().field_with_name(k).unwrap().clone())
-                .collect();
-            fields.extend(
-                aggregates
-                    .iter()
-                    .map(|a| a.function.field().as_ref().clone()),
-            );
             let memory = QueryMemory::new(MemoryPool::new(1 << 30), usize::MAX);
-            let (sink, merge) = aggregate(
-                keys.iter().map(|k| col(k)).collect(),
-                keys.iter()
-                    .map(|k| {
-                        let schema = input_schema();
-                        schema.field_with_name(k).unwrap().data_type().clone()
-                    })
-                    .collect(),
-                aggregates,
-                input_schema(),
-                Arc::new(Schema::new(fields)),
-                workers,
-                memory,
-            )
-            .unwrap();
+            let (sink, merge) = aggregate_over(keys, workers, memory);
             for (i, from) in (0..30_000).step_by(1000).enumerate() {
                 sink.consume(MorselSeq::at(i as u64), batch(from, 1000), i % workers)
                     .unwrap();
