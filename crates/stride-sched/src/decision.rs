@@ -210,9 +210,11 @@ pub(crate) struct DecisionCore {
     handover: Option<usize>,
     /// Time slices of proportional-share policies ([`Policy::shares_time`];
     /// [`crate::SchedulerConfig::slice`]): how long the worker keeps running
-    /// the slot it ran last before the policy ranks again. `None`: every
+    /// the slot it ran last before the policy ranks again, and that length
+    /// in quanta (`t_max`), the most the policy's own choice may be owed
+    /// while the slice goes on ([`Self::slice_continues`]). `None`: every
     /// decision is the policy's.
-    slice: Option<Duration>,
+    slice: Option<(Duration, f64)>,
     /// The slot this worker ran last, its group, and for how long in a row.
     run: Option<Run>,
     /// Some slot other than the running one became runnable since the last
@@ -262,9 +264,12 @@ impl DecisionCore {
         }
     }
 
-    /// Sets the time slice of proportional-share policies (`None`: off).
-    pub(crate) fn set_slice(&mut self, slice: Option<Duration>) {
-        self.slice = slice.filter(|s| !s.is_zero());
+    /// Sets the time slice of proportional-share policies (`None`: off);
+    /// `t_max` is the quantum the worker charges tasks in.
+    pub(crate) fn set_slice(&mut self, slice: Option<Duration>, t_max: Duration) {
+        self.slice = slice
+            .filter(|s| !s.is_zero())
+            .map(|s| (s, s.as_secs_f64() / t_max.as_secs_f64().max(1e-9)));
     }
 
     /// Restarts the random stream (lottery draws) from `seed`.
@@ -575,24 +580,54 @@ impl DecisionCore {
 
     /// The slot whose run goes on: the policy shares time, the slot the
     /// worker ran last is still active with the same group and first-tier
-    /// work, it has run less than a slice in a row, and nothing else became
-    /// runnable since the last decision. Its pass keeps advancing with every
-    /// charge, so when the slice ends the groups it ran ahead of catch up:
-    /// each group's share over time is the policy's, served in slices
-    /// rather than task by task. That keeps one query's working set (hash
-    /// tables, partial aggregates) in the worker's caches for a slice
-    /// instead of replacing it with every other group's at each task.
+    /// work, it has run less than a slice in a row, nothing else became
+    /// runnable since the last decision, and the policy's own choice is not
+    /// owed more than a slice. Its pass keeps advancing with every charge,
+    /// so when the slice ends the groups it ran ahead of catch up: each
+    /// group's share over time is the policy's, served in slices rather
+    /// than task by task. That keeps one query's working set (hash tables,
+    /// partial aggregates) in the worker's caches for a slice instead of
+    /// replacing it with every other group's at each task.
+    ///
+    /// **What a slice may cost the others.** With ranks cached (fair and
+    /// stride), let `B` be the group the policy would choose now. If the
+    /// running group's pass is ahead of `B`'s by `Δ`, `B` would need
+    /// `Δ · p_B` quanta at its own priority `p_B` to catch up: that is what
+    /// the slice owes it. The slice ends once that exceeds the slice's
+    /// length in quanta. Among groups of equal priority this is the plain
+    /// slice; a group of much higher priority than the running one — a
+    /// newcomer under decaying priorities, which lost the tie at its
+    /// arrival or became runnable in the slice — is owed a slice after a
+    /// fraction of a task and takes over, instead of waiting for the whole
+    /// slice of a long query that has decayed to `p_min` (before this rule,
+    /// such waits doubled the short queries' slowdown under stride
+    /// scheduling in the simulator and on the engine). Only the policy's
+    /// choice is checked, so the test costs one comparison; a group ranked
+    /// behind it waits as it would for `B`.
     fn slice_continues(&self) -> Option<usize> {
-        let slice = self.slice.filter(|_| self.policy.shares_time())?;
+        let (slice, slice_quanta) = self.slice.filter(|_| self.policy.shares_time())?;
         let run = self.run?;
         let k = run.slot;
         let s = &self.slots[k];
-        (!self.fresh
+        let continues = !self.fresh
             && run.ran < slice
             && self.is_active(k)
             && s.group == run.group
-            && s.reach == Reach::Local)
-            .then_some(k)
+            && s.reach == Reach::Local;
+        if !continues {
+            return None;
+        }
+        if self.cached {
+            let b = self.ranks.best();
+            if b != k && b < self.slots.len() && self.ranks.keys[b] != IDLE_KEY {
+                let best = &self.slots[b].stride;
+                let owed = (s.stride.pass - best.pass) * best.priority;
+                if owed > slice_quanta {
+                    return None;
+                }
+            }
+        }
+        Some(k)
     }
 
     /// A task of slot `k` found the worker's node dry while other nodes
@@ -733,7 +768,7 @@ mod tests {
         };
         for policy in [Policy::Fair, Policy::Stride(Default::default())] {
             let mut l = DecisionCore::new(8, 1, policy.clone(), 0);
-            l.set_slice(Some(Duration::from_millis(10)));
+            l.set_slice(Some(Duration::from_millis(10)), t);
             let (a, b) = (
                 Arc::new(ResourceGroup::new(1, Vec::new(), GroupFacts::default())),
                 Arc::new(ResourceGroup::new(2, Vec::new(), GroupFacts::default())),
@@ -751,16 +786,61 @@ mod tests {
             l.learn(2, &entry(3, 0, 2).view());
             let decided = l.choose();
             assert_eq!(decided, Some(1), "{policy:?}: the slice was not broken");
-            l.set_slice(None);
+            l.set_slice(None, t);
             assert_eq!(l.choose(), decided, "{policy:?}: not the policy's choice");
         }
         // Policies that do not share time ignore the slice.
         let mut l = DecisionCore::new(8, 1, Policy::Srpt, 0);
-        l.set_slice(Some(Duration::from_millis(10)));
+        l.set_slice(Some(Duration::from_millis(10)), t);
         l.learn(0, &entry(1, 0, 0).view());
         l.learn(1, &entry(2, 0, 1).view());
         assert!(!Policy::Srpt.shares_time() && Policy::Fair.shares_time());
         assert_eq!(l.slice_continues(), None);
+    }
+
+    #[test]
+    fn a_slice_ends_once_the_policys_choice_is_owed_more_than_a_slice() {
+        let t = Duration::from_millis(2);
+        let mut l = DecisionCore::new(8, 1, Policy::Stride(Default::default()), 0);
+        l.set_slice(Some(Duration::from_millis(10)), t);
+        l.learn(0, &entry(1, 0, 0).view());
+        l.learn(1, &entry(2, 0, 1).view());
+        assert_eq!(l.choose(), Some(0), "equal ranks: the earlier arrival");
+        // Group 1 has had 40 quanta (decayed towards p_min), group 2 one.
+        for _ in 0..40 {
+            l.charge(0, t, t);
+        }
+        l.charge(1, t, t);
+        // Group 1 starts a run: one task into its slice, not fresh ...
+        l.charge(0, t, t);
+        assert!(l.priority(0) < l.priority(1) / 10.0);
+        // ... but group 2, the policy's choice, is owed far more than a
+        // slice at its priority: the run ends.
+        assert_eq!(l.choose(), Some(1));
+        // Group 2's run goes on while it is the policy's choice.
+        l.charge(1, t, t);
+        assert_eq!(l.choose(), Some(1));
+    }
+
+    #[test]
+    fn under_decaying_priorities_a_newcomer_is_ranked_by_the_end_of_its_next_quantum() {
+        let t = Duration::from_millis(2);
+        let mut l = DecisionCore::new(8, 1, Policy::Stride(Default::default()), 0);
+        l.learn(0, &entry(1, 0, 0).view());
+        for _ in 0..60 {
+            let k = l.choose().expect("runnable");
+            l.charge(k, t, t);
+        }
+        // The newcomer enters at the virtual time — the pass of the decayed
+        // group — and runs first: its next quantum ends far earlier.
+        l.learn(1, &entry(2, 0, 1).view());
+        assert_eq!(l.choose(), Some(1));
+        l.charge(1, t, t);
+        assert_eq!(
+            l.choose(),
+            Some(1),
+            "not one quantum of the old group first"
+        );
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize) {
         lock(&shared.policy).clone(),
         index,
     );
-    local.set_slice(shared.config.slice);
+    local.set_slice(shared.config.slice, shared.config.t_max);
     let clock = shared
         .measure
         .as_ref()

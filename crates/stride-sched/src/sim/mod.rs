@@ -506,7 +506,10 @@ impl<'a> Engine<'a> {
                 .map(|w| {
                     let mut core = DecisionCore::new(slots, workers, cfg.policy.clone(), w);
                     core.reseed(cfg.seed ^ w as u64);
-                    core.set_slice(cfg.slice.map(|s| Duration::from_nanos(nanos(s))));
+                    core.set_slice(
+                        cfg.slice.map(|s| Duration::from_nanos(nanos(s))),
+                        Duration::from_nanos(nanos(cfg.quantum).max(1)),
+                    );
                     SimWorker { core, task: None }
                 })
                 .collect(),
