@@ -105,6 +105,10 @@ struct LocalSlot {
     /// What this worker may take of the entry ([`crate::affinity`]);
     /// back to `Local` whenever the worker learns a new entry.
     reach: Reach,
+    /// The worker's decision count ([`DecisionCore::decisions`]) when the
+    /// entry became runnable in this view: a slot with `since >=`
+    /// [`Run::began`] became runnable during the running slice.
+    since: u64,
 }
 
 /// `(tier, rank, arrival)` of a slot; smaller is served first. The tier is
@@ -219,9 +223,12 @@ pub(crate) struct DecisionCore {
     run: Option<Run>,
     /// Some slot other than the running one became runnable since the last
     /// decision (a group entered, a next task set was activated, a paused
-    /// set resumed): the next decision is the policy's, not the slice's, so
-    /// a slice never delays work that was not runnable when it began.
+    /// set resumed): if one that became runnable during the slice is now
+    /// the policy's choice, the next decision is the policy's, not the
+    /// slice's ([`Self::slice_continues`]).
     fresh: bool,
+    /// Decisions taken so far ([`Self::choose`] calls).
+    decisions: u64,
 }
 
 /// A run of consecutive tasks of one slot's group on this worker.
@@ -230,6 +237,8 @@ struct Run {
     slot: usize,
     group: u64,
     ran: Duration,
+    /// The decision that started the run ([`DecisionCore::decisions`]).
+    began: u64,
 }
 
 impl DecisionCore {
@@ -243,6 +252,7 @@ impl DecisionCore {
                     stride: StrideState::enter(&policy, &GroupFacts::default(), 0, 0.0),
                     cancelled: None,
                     reach: Reach::Local,
+                    since: 0,
                 })
                 .collect(),
             active: vec![0; words_for(slots)],
@@ -261,6 +271,7 @@ impl DecisionCore {
             slice: None,
             run: None,
             fresh: false,
+            decisions: 0,
         }
     }
 
@@ -476,6 +487,7 @@ impl DecisionCore {
             && self.is_active(k);
         if !known && !runs_here {
             self.fresh = true;
+            self.slots[k].since = self.decisions;
         }
         if self.slots[k].group != entry.group {
             self.deactivate(k);
@@ -543,6 +555,7 @@ impl DecisionCore {
                 return Some(i * 64 + bits.trailing_zeros() as usize);
             }
         }
+        self.decisions += 1;
         let continues = self.slice_continues();
         self.fresh = false;
         if continues.is_some() {
@@ -580,51 +593,61 @@ impl DecisionCore {
 
     /// The slot whose run goes on: the policy shares time, the slot the
     /// worker ran last is still active with the same group and first-tier
-    /// work, it has run less than a slice in a row, nothing else became
-    /// runnable since the last decision, and the policy's own choice is not
-    /// owed more than a slice. Its pass keeps advancing with every charge,
-    /// so when the slice ends the groups it ran ahead of catch up: each
-    /// group's share over time is the policy's, served in slices rather
-    /// than task by task. That keeps one query's working set (hash tables,
-    /// partial aggregates) in the worker's caches for a slice instead of
-    /// replacing it with every other group's at each task.
+    /// work, it has run less than a slice in a row, and neither of the two
+    /// rules below ends it. Its pass keeps advancing with every charge, so
+    /// when the slice ends the groups it ran ahead of catch up: each group's
+    /// share over time is the policy's, served in slices rather than task
+    /// by task. That keeps one query's working set (hash tables, partial
+    /// aggregates) in the worker's caches for a slice instead of replacing
+    /// it with every other group's at each task.
     ///
-    /// **What a slice may cost the others.** With ranks cached (fair and
-    /// stride), let `B` be the group the policy would choose now. If the
-    /// running group's pass is ahead of `B`'s by `Δ`, `B` would need
-    /// `Δ · p_B` quanta at its own priority `p_B` to catch up: that is what
-    /// the slice owes it. The slice ends once that exceeds the slice's
-    /// length in quanta. Among groups of equal priority this is the plain
-    /// slice; a group of much higher priority than the running one — a
-    /// newcomer under decaying priorities, which lost the tie at its
-    /// arrival or became runnable in the slice — is owed a slice after a
-    /// fraction of a task and takes over, instead of waiting for the whole
-    /// slice of a long query that has decayed to `p_min` (before this rule,
-    /// such waits doubled the short queries' slowdown under stride
-    /// scheduling in the simulator and on the engine). Only the policy's
-    /// choice is checked, so the test costs one comparison; a group ranked
-    /// behind it waits as it would for `B`.
+    /// With ranks cached (fair and stride), let `B` be the group the policy
+    /// would choose now.
+    ///
+    /// * **Work that became runnable during the slice** (a group entered, a
+    ///   next task set was activated, a paused set resumed) ends it when
+    ///   `B` is such work: it outranks the running group. Work that became
+    ///   runnable but ranks behind it (with many queries in flight, the
+    ///   next task sets of queries that already had their turn) does not,
+    ///   so such activations no longer cut every slice short. Without
+    ///   cached ranks (lottery) any such work ends the slice.
+    /// * **What a slice may owe.** If the running group's pass is ahead of
+    ///   `B`'s by `Δ`, `B` would need `Δ · p_B` quanta at its own priority
+    ///   `p_B` to catch up: that is what the slice owes it. The slice ends
+    ///   once that exceeds the slice's length in quanta. Among groups of
+    ///   equal priority this is the plain slice; a group of much higher
+    ///   priority than the running one — a newcomer under decaying
+    ///   priorities — is owed a slice after a fraction of a task and takes
+    ///   over, instead of waiting for the whole slice of a long query that
+    ///   has decayed to `p_min` (such waits doubled the short queries'
+    ///   slowdown under stride scheduling, modelled:
+    ///   `tests/slice_latency.rs`).
+    ///
+    /// Only the policy's choice is checked, so each rule costs one
+    /// comparison with the tree's root; a group ranked behind `B` waits as
+    /// it would for `B`.
     fn slice_continues(&self) -> Option<usize> {
         let (slice, slice_quanta) = self.slice.filter(|_| self.policy.shares_time())?;
         let run = self.run?;
         let k = run.slot;
         let s = &self.slots[k];
-        let continues = !self.fresh
-            && run.ran < slice
-            && self.is_active(k)
-            && s.group == run.group
-            && s.reach == Reach::Local;
+        let continues =
+            run.ran < slice && self.is_active(k) && s.group == run.group && s.reach == Reach::Local;
         if !continues {
             return None;
         }
-        if self.cached {
-            let b = self.ranks.best();
-            if b != k && b < self.slots.len() && self.ranks.keys[b] != IDLE_KEY {
-                let best = &self.slots[b].stride;
-                let owed = (s.stride.pass - best.pass) * best.priority;
-                if owed > slice_quanta {
-                    return None;
-                }
+        if !self.cached {
+            return (!self.fresh).then_some(k);
+        }
+        let b = self.ranks.best();
+        if b != k && b < self.slots.len() && self.ranks.keys[b] != IDLE_KEY {
+            let best = &self.slots[b];
+            if self.fresh && best.since >= run.began {
+                return None;
+            }
+            let owed = (s.stride.pass - best.stride.pass) * best.stride.priority;
+            if owed > slice_quanta {
+                return None;
             }
         }
         Some(k)
@@ -666,6 +689,7 @@ impl DecisionCore {
                     slot: k,
                     group,
                     ran,
+                    began: self.decisions,
                 })
             }
         }
@@ -755,7 +779,7 @@ mod tests {
     }
 
     #[test]
-    fn a_slice_keeps_the_running_group_until_spent_or_other_work_becomes_runnable() {
+    fn a_slice_keeps_the_running_group_until_spent_or_outranked_by_work_that_became_runnable() {
         let t = Duration::from_millis(2);
         let run = |l: &mut DecisionCore, n: usize| -> Vec<usize> {
             (0..n)
@@ -781,11 +805,20 @@ mod tests {
             // The running group's own next task set keeps its slice ...
             l.learn(0, &at(&a, 1, 0, 0).view());
             assert_eq!(run(&mut l, 1), [0], "{policy:?}");
-            // ... a group entering mid-slice makes the next decision the
-            // policy's: slot 1 is behind, and goes first.
+            // ... a group entering mid-slice that ranks behind the policy's
+            // choice (slot 1, behind since its turn) does not end it ...
             l.learn(2, &entry(3, 0, 2).view());
+            assert_eq!(run(&mut l, 1), [0], "{policy:?}: a newcomer behind slot 1");
+            // ... one that the policy would choose does: a newcomer of four
+            // times the priority.
+            let urgent = GroupFacts {
+                user_priority: 4.0,
+                ..GroupFacts::default()
+            };
+            let d = Arc::new(ResourceGroup::new(4, Vec::new(), urgent));
+            l.learn(3, &at(&d, 0, 3, 3).view());
             let decided = l.choose();
-            assert_eq!(decided, Some(1), "{policy:?}: the slice was not broken");
+            assert_eq!(decided, Some(3), "{policy:?}: the slice was not broken");
             l.set_slice(None, t);
             assert_eq!(l.choose(), decided, "{policy:?}: not the policy's choice");
         }
