@@ -89,8 +89,10 @@ pub struct SchedulerConfig {
     /// Time slices of the proportional-share policies (fair, stride,
     /// lottery: [`Policy::shares_time`]): a worker keeps running the group
     /// it ran last for up to this long before the policy ranks again,
-    /// unless another group became runnable meanwhile (an arrival, a next
-    /// task set, a resume), which the policy then ranks at once. Passes are
+    /// unless work that became runnable meanwhile (an arrival, a next task
+    /// set, a resume) is now the policy's choice, or the policy's choice is
+    /// owed more than a slice of its own quanta (`decision.rs`,
+    /// `slice_continues`). Passes are
     /// charged as always, so each group's share over time is unchanged; the
     /// groups take turns in slices instead of task by task, and a query's
     /// working set stays in the worker's caches for a slice (without

@@ -122,8 +122,9 @@ struct GlobalArgs {
     handover_morsel_us: Option<u64>,
     /// Time slices of the fair, stride and lottery policies, in ms: a
     /// worker keeps running the query it ran last for up to this long unless
-    /// other work became runnable (default 50; 0: off, every task is the
-    /// policy's).
+    /// work that became runnable meanwhile outranks it or the policy's
+    /// choice is owed more than a slice (default 50; 0: off, every task is
+    /// the policy's).
     #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=1000))]
     slice_ms: Option<u64>,
     /// Self-tuning of the decaying priorities (seed 001 §4), active while the
