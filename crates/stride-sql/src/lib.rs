@@ -12,6 +12,8 @@
 //!   `TableSource`), with the default function registry;
 //! * [`join_order`] — reordering of inner-join clusters (dimension branches
 //!   joined before the fact table probes them);
+//! * [`semi_reduction`] — an aggregate joined on its group keys restricted
+//!   to the keys the join can match (TPC-H Q17, Q20);
 //! * [`lower`] — logical → physical plan, cardinality estimates;
 //! * [`functions`] — size-checked `repeat`, `lpad`, `rpad` (54000 beyond
 //!   1 GB per value);
@@ -60,6 +62,7 @@ pub mod pg_compat;
 pub mod pg_functions;
 pub mod roles;
 pub mod scram;
+pub mod semi_reduction;
 pub mod settings;
 pub mod table_functions;
 pub mod window;

@@ -375,6 +375,18 @@ pub struct Session {
     opening: RefCell<live::Opening>,
 }
 
+/// Stride's rules that read cardinality estimates — the literals' range
+/// selectivities and the tables' current sizes — run after DataFusion's
+/// optimizer on a plan whose values and snapshots are bound: the
+/// semi-join reduction of aggregates (`semi_reduction`), then join
+/// ordering (`join_order`, which also pushes the reduction's semi joins
+/// onto one leaf of a join cluster). Uncached plans take them in
+/// [`Session::optimize`], cached ones at each execution (`plan_cache`).
+pub(crate) fn bound_rules(plan: LogicalPlan) -> Result<LogicalPlan> {
+    let plan = crate::semi_reduction::reduce_aggregates(plan)?;
+    crate::join_order::reorder_joins(plan)
+}
+
 fn external(e: SqlError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
@@ -593,13 +605,13 @@ impl Session {
 
     /// Type coercion and logical optimization.
     pub fn optimize(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
-        crate::join_order::reorder_joins(self.optimize_unordered(plan)?)
+        bound_rules(self.optimize_unordered(plan)?)
     }
 
-    /// [`Session::optimize`] but for Stride's join ordering, which reads
+    /// [`Session::optimize`] but for Stride's rules of [`bound_rules`], which read
     /// the literals' range selectivities and the tables' current sizes: a
-    /// cached plan's joins are ordered at each execution, once its values
-    /// and snapshots are bound (`plan_cache`).
+    /// cached plan takes them at each execution, once its values and
+    /// snapshots are bound (`plan_cache`).
     fn optimize_unordered(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         crate::lower::refuse_not_in_inside_disjunctions(&plan)?;
         let options = &self.engine.options;

@@ -619,7 +619,7 @@ impl Session {
         start: Instant,
     ) -> Result<StatementOutput> {
         self.logged(sql, |s| {
-            let plan = crate::join_order::reorder_joins(plan)?;
+            let plan = super::bound_rules(plan)?;
             s.run_planned(&plan, stream, start)
         })
     }
