@@ -786,13 +786,15 @@ mod tests {
             rewritten("SELECT a, NULL, NULL FROM t"),
             "SELECT a, NULL, NULL AS \"?column?\" FROM t"
         );
+        // A call after the first item becomes a lateral derived table
+        // (`crate::lateral`).
         assert_eq!(
             rewritten("SELECT s FROM pg_catalog.generate_series(0, 2) s, generate_series(1, 2) AS t(n), generate_series(1, 3)"),
-            "SELECT s FROM generate_series(0, 2) s (s), generate_series(1, 2) AS t (n), generate_series(1, 3)"
+            "SELECT s FROM generate_series(0, 2) s (s), LATERAL (SELECT * FROM generate_series(1, 2) AS t (n)) AS t, LATERAL (SELECT * FROM generate_series(1, 3)) AS generate_series"
         );
         assert_eq!(
             rewritten("SELECT x FROM unnest(t.a) x, pg_catalog.unnest(t.b) AS y"),
-            "SELECT x FROM unnest(t.a) x (x), unnest(t.b) AS y (y)"
+            "SELECT x FROM unnest(t.a) x (x), LATERAL (SELECT * FROM unnest(t.b) AS y (y)) AS y"
         );
         // Other collations stay, and the planner refuses them.
         assert!(rewritten("SELECT a COLLATE \"de_DE\" FROM t").contains("COLLATE"));
