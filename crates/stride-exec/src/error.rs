@@ -24,6 +24,10 @@ pub enum ExecError {
     /// A scalar subquery returned more than one row.
     #[error("{0}")]
     CardinalityViolation(String),
+    /// A function's argument it refuses (`generate_series` with a step of
+    /// zero; SQLSTATE 22023).
+    #[error("{0}")]
+    InvalidParameter(String),
     /// A charge to the query's memory account was refused (SQLSTATE 53200).
     #[error("out of memory: {what} needs {} more, the query holds {} and {} is {}", crate::memory::format_bytes(*requested), crate::memory::format_bytes(*used), match scope { MemoryScope::Query => "the query's share (stride.query_memory_limit)", MemoryScope::Server => "the server's memory limit (stride.memory_limit)" }, crate::memory::format_bytes(*limit))]
     MemoryExhausted {
@@ -106,6 +110,8 @@ pub enum ErrorKind {
     InvalidData,
     /// A value larger than one value may be.
     ValueTooLarge,
+    /// A function's argument it refuses.
+    InvalidParameter,
     /// A query's spill files passed `temp_file_limit`.
     TempFileLimit,
     /// The spill directory's file system is full.
@@ -124,6 +130,7 @@ impl ExecError {
             ExecError::TempFileLimit { .. } => Some(ErrorKind::TempFileLimit),
             ExecError::SpillIo { source, .. } => io_kind(source),
             ExecError::CardinalityViolation(_) => Some(ErrorKind::CardinalityViolation),
+            ExecError::InvalidParameter(_) => Some(ErrorKind::InvalidParameter),
             ExecError::Query(QueryError::Cancelled) => Some(ErrorKind::Cancelled),
             ExecError::DataFusion(e) => datafusion_kind(e),
             ExecError::Arrow(e) => arrow_kind(e),

@@ -538,6 +538,17 @@ impl Compiler {
                 )));
                 open
             }
+            PhysicalPlan::Expand(e) => {
+                let mut open = self.compile(&e.input)?;
+                open.operators
+                    .push(Arc::new(crate::operator::expand::ExpandOperator::new(
+                        e.args.clone(),
+                        e.function.clone(),
+                        e.outer,
+                        e.schema.clone(),
+                    )));
+                open
+            }
             PhysicalPlan::GroupingSets {
                 input,
                 keys,

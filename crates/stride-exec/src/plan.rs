@@ -216,6 +216,25 @@ pub enum PhysicalPlan {
     },
     /// Window functions (see [`crate::operator::window`]).
     Window(Box<WindowPlan>),
+    /// Each input row joined with the rows a set-returning function gives
+    /// for arguments read from it (a `LATERAL` call in `FROM`, see
+    /// [`crate::operator::expand`]); output = input columns ++ the
+    /// function's column.
+    Expand(Box<ExpandPlan>),
+}
+
+/// A set-returning function evaluated once per input row.
+#[derive(Debug)]
+pub struct ExpandPlan {
+    pub input: PhysicalPlan,
+    /// The function's arguments, evaluated over the input row.
+    pub args: Vec<ExprRef>,
+    /// The rows the function gives for one row's argument values.
+    pub function: Arc<dyn crate::operator::expand::SetFunctionRows>,
+    /// Whether a row for which the function gives no rows is kept once,
+    /// with NULL as the function's value (`LEFT JOIN LATERAL … ON true`).
+    pub outer: bool,
+    pub schema: SchemaRef,
 }
 
 impl PhysicalPlan {
@@ -229,6 +248,7 @@ impl PhysicalPlan {
             | PhysicalPlan::Union { schema, .. } => schema.clone(),
             PhysicalPlan::HashJoin(j) => j.schema.clone(),
             PhysicalPlan::Window(w) => w.schema.clone(),
+            PhysicalPlan::Expand(e) => e.schema.clone(),
             PhysicalPlan::Filter { input, .. }
             | PhysicalPlan::Sort { input, .. }
             | PhysicalPlan::Limit { input, .. } => input.schema(),
@@ -357,6 +377,16 @@ impl PhysicalPlan {
                     sort_keys(&win.order_by)
                 )?;
                 win.input.write_tree(w, style, depth + 1)
+            }
+            PhysicalPlan::Expand(e) => {
+                writeln!(
+                    w,
+                    "{pad}Expand{} {}({})",
+                    if e.outer { " outer" } else { "" },
+                    e.function.name(),
+                    exprs(&e.args)
+                )?;
+                e.input.write_tree(w, style, depth + 1)
             }
             PhysicalPlan::Union { inputs, .. } => {
                 writeln!(w, "{pad}Union")?;

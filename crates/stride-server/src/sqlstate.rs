@@ -111,6 +111,7 @@ pub fn of(e: &SqlError) -> &'static str {
             Some(ErrorKind::CardinalityViolation) => CARDINALITY_VIOLATION,
             Some(ErrorKind::InvalidData) => DATA_EXCEPTION,
             Some(ErrorKind::ValueTooLarge) => PROGRAM_LIMIT_EXCEEDED,
+            Some(ErrorKind::InvalidParameter) => INVALID_PARAMETER_VALUE,
             None => INTERNAL_ERROR,
         },
         SqlError::Storage(e) => match e {
@@ -191,6 +192,12 @@ mod tests {
         assert_eq!(of(&SqlError::DependentObjects("x".into())), "2BP01");
         assert_eq!(of(&SqlError::InFailedTransaction), "25P02");
         assert_eq!(of(&SqlError::ReadOnlyTransaction("x".into())), "25006");
+        assert_eq!(
+            of(&SqlError::Exec(stride_exec::ExecError::InvalidParameter(
+                "x".into()
+            ))),
+            "22023"
+        );
         let storage = |e| of(&SqlError::Storage(e));
         assert_eq!(
             storage(StorageError::SerializationFailure("x".into())),

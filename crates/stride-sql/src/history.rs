@@ -226,6 +226,8 @@ fn walk_pipelines(
         PhysicalPlan::Filter { input, .. } | PhysicalPlan::Projection { input, .. } => {
             walk_pipelines(input, prefix, closed)
         }
+        // The expansion runs in its input's pipeline.
+        PhysicalPlan::Expand(e) => walk_pipelines(&e.input, prefix, closed),
         PhysicalPlan::GroupingSets { input, sets, .. } => walk_pipelines(input, prefix, closed)
             .into_iter()
             .map(|w| w.map(|w| w * sets.len() as f64))

@@ -42,7 +42,9 @@
 //!   pg_catalog.~)`, `::regclass`, `COLLATE "default"`, `= ANY(ARRAY[..])`)
 //!   rewritten to what the planner binds;
 //! * [`table_functions`] — `generate_series` and `unnest` in `FROM`, also
-//!   with arguments that read a correlated subquery's outer columns.
+//!   with arguments that read a correlated subquery's outer columns;
+//!   [`lateral`] — those calls reading the columns of the `FROM` items
+//!   before them, expanded per row.
 
 pub mod coerce;
 pub mod context;
@@ -55,6 +57,7 @@ pub mod history;
 pub mod integers;
 pub mod interrupt;
 pub mod join_order;
+pub mod lateral;
 pub mod limits;
 pub mod lower;
 pub mod pg_catalog;
@@ -63,6 +66,7 @@ pub mod pg_functions;
 pub mod roles;
 pub mod scram;
 pub mod semi_reduction;
+pub mod series;
 pub mod settings;
 pub mod table_functions;
 pub mod window;

@@ -170,14 +170,16 @@ impl Lowerer {
             LogicalPlan::Subquery(_) => Err(unsupported("correlated subquery")),
             LogicalPlan::Window(w) => self.window(w),
             LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
-            LogicalPlan::Extension(e) => match e
-                .node
-                .as_any()
-                .downcast_ref::<crate::table_functions::SetFunctionCall>(
-            ) {
-                Some(call) => self.set_function(call),
-                None => Err(unsupported(format!("plan node {}", e.node.name()))),
-            },
+            LogicalPlan::Extension(e) => {
+                let node = e.node.as_any();
+                if let Some(call) = node.downcast_ref::<crate::table_functions::SetFunctionCall>() {
+                    self.set_function(call)
+                } else if let Some(call) = node.downcast_ref::<crate::lateral::LateralCall>() {
+                    self.lateral_call(call)
+                } else {
+                    Err(unsupported(format!("plan node {}", e.node.name())))
+                }
+            }
             LogicalPlan::RecursiveQuery(_) => Err(unsupported("recursive CTE")),
             LogicalPlan::Repartition(_) => Err(unsupported("repartition")),
             other => Err(unsupported(format!(

@@ -13,6 +13,7 @@
 //! | `a[i]` on an array                  | `array_element(a, i)`                |
 //! | `pg_catalog.f(...)`                 | `f(...)`                             |
 //! | `FROM pg_catalog.generate_series(..) s` | `FROM generate_series(..) AS s (s)` (the column named after the alias) |
+//! | `FROM t, generate_series(1, t.n) s` | `FROM t, LATERAL (SELECT * FROM generate_series(1, t.n) AS s (s)) AS s` (`crate::lateral`) |
 //!
 //! Other collations and operators are left alone, so the planner refuses
 //! them as before.
@@ -35,9 +36,15 @@ pub fn rewrite(
     stmt: &mut DFStatement,
     is_aggregate: &dyn Fn(&str) -> bool,
 ) -> crate::error::Result<()> {
+    if let DFStatement::Explain(e) = stmt {
+        return rewrite(&mut e.statement, is_aggregate);
+    }
     if let DFStatement::Statement(s) = stmt {
         use datafusion_sql::sqlparser::ast::VisitMut;
         if let ControlFlow::Break(e) = s.as_mut().visit(&mut TableFunctions) {
+            return Err(e);
+        }
+        if let ControlFlow::Break(e) = s.as_mut().visit(&mut crate::lateral::syntax::LateralCalls) {
             return Err(e);
         }
         let _ = s.as_mut().visit(&mut DistinctNames);
@@ -230,7 +237,7 @@ impl datafusion_sql::sqlparser::ast::VisitorMut for TableFunctions {
         &mut self,
         factor: &mut datafusion_sql::sqlparser::ast::TableFactor,
     ) -> ControlFlow<crate::error::SqlError> {
-        use datafusion_sql::sqlparser::ast::{TableAliasColumnDef, TableFactor, TableFunctionArgs};
+        use datafusion_sql::sqlparser::ast::{TableAliasColumnDef, TableFactor};
         // `unnest(a)` of one array: the table function (the parser makes
         // it a factor of its own, which the planner binds only for lists).
         if let TableFactor::UNNEST {
@@ -242,21 +249,11 @@ impl datafusion_sql::sqlparser::ast::VisitorMut for TableFunctions {
         } = factor
         {
             if let [array] = array_exprs.as_slice() {
-                *factor = TableFactor::Table {
-                    name: ObjectName::from(vec![Ident::new("unnest")]),
-                    alias: alias.take(),
-                    args: Some(TableFunctionArgs {
-                        args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(array.clone()))],
-                        settings: None,
-                    }),
-                    with_hints: vec![],
-                    version: None,
-                    with_ordinality: false,
-                    partitions: vec![],
-                    json_path: None,
-                    sample: None,
-                    index_hints: vec![],
-                };
+                *factor = crate::lateral::syntax::call(
+                    ObjectName::from(vec![Ident::new("unnest")]),
+                    vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(array.clone()))],
+                    alias.take(),
+                );
             }
         }
         let (name, alias, ordinality) = match factor {
@@ -789,13 +786,15 @@ mod tests {
             rewritten("SELECT a, NULL, NULL FROM t"),
             "SELECT a, NULL, NULL AS \"?column?\" FROM t"
         );
+        // A call after the first item becomes a lateral derived table
+        // (`crate::lateral`).
         assert_eq!(
             rewritten("SELECT s FROM pg_catalog.generate_series(0, 2) s, generate_series(1, 2) AS t(n), generate_series(1, 3)"),
-            "SELECT s FROM generate_series(0, 2) s (s), generate_series(1, 2) AS t (n), generate_series(1, 3)"
+            "SELECT s FROM generate_series(0, 2) s (s), LATERAL (SELECT * FROM generate_series(1, 2) AS t (n)) AS t, LATERAL (SELECT * FROM generate_series(1, 3)) AS generate_series"
         );
         assert_eq!(
             rewritten("SELECT x FROM unnest(t.a) x, pg_catalog.unnest(t.b) AS y"),
-            "SELECT x FROM unnest(t.a) x (x), unnest(t.b) AS y (y)"
+            "SELECT x FROM unnest(t.a) x (x), LATERAL (SELECT * FROM unnest(t.b) AS y (y)) AS y"
         );
         // Other collations stay, and the planner refuses them.
         assert!(rewritten("SELECT a COLLATE \"de_DE\" FROM t").contains("COLLATE"));

@@ -19,7 +19,8 @@
 //! steps reach it; an empty range (`stop < start` with a positive step) or
 //! a NULL argument gives no rows; a step of zero is an error (22023). Its
 //! column is `integer` when every argument is at most 32 bits wide, else
-//! `bigint` (an integer literal is `bigint` in Stride). `unnest` gives an
+//! `bigint` (an integer literal is `bigint` in Stride); `numeric` and
+//! `timestamp` series are `crate::series`'s. `unnest` gives an
 //! array's elements in order, NULL elements included, and no rows for a
 //! NULL array; it takes Arrow lists and the catalogs' arrays, which are in
 //! PostgreSQL's text form (`{a,b}`, elements `text`). The rows are built at
@@ -83,28 +84,7 @@ impl SetFunction {
                         types.len()
                     )));
                 }
-                let mut wide = false;
-                for t in types {
-                    match t {
-                        DataType::Null
-                        | DataType::Int8
-                        | DataType::Int16
-                        | DataType::Int32
-                        | DataType::UInt8
-                        | DataType::UInt16 => {}
-                        DataType::Int64 | DataType::UInt32 => wide = true,
-                        other => {
-                            return Err(undefined(format!(
-                                " over {other} (Stride's takes integers)"
-                            )))
-                        }
-                    }
-                }
-                Ok(if wide {
-                    DataType::Int64
-                } else {
-                    DataType::Int32
-                })
+                generate_series_type(types).map_err(undefined)
             }
             SetFunction::Unnest => match types {
                 [DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _)] => {
@@ -122,6 +102,76 @@ impl SetFunction {
             },
         }
     }
+}
+
+/// The column type of `generate_series` over arguments of `types` (2 or
+/// 3 of them), as PostgreSQL resolves its overloads: integers give
+/// `integer` when every argument is at most 32 bits wide, else `bigint`;
+/// a decimal among them gives `numeric` (`DECIMAL(38, s)`, `s` their
+/// largest scale); timestamps or dates with an interval step give
+/// `timestamp` (a date is cast to it; the step is required). The error
+/// is the detail of PostgreSQL's "function does not exist".
+fn generate_series_type(types: &[DataType]) -> std::result::Result<DataType, String> {
+    let temporal = |t: &DataType| {
+        matches!(
+            t,
+            DataType::Timestamp(..) | DataType::Date32 | DataType::Date64
+        )
+    };
+    if types
+        .iter()
+        .any(|t| temporal(t) || matches!(t, DataType::Interval(_)))
+    {
+        let (Some(start), Some(stop), Some(step)) = (types.first(), types.get(1), types.get(2))
+        else {
+            return Err(
+                " over timestamps without a step (it takes start, stop and an interval)".into(),
+            );
+        };
+        let bound = |t: &DataType| temporal(t) || *t == DataType::Null;
+        if !bound(start) || !bound(stop) || !matches!(step, DataType::Interval(_) | DataType::Null)
+        {
+            return Err(format!("({start}, {stop}, {step}) (over timestamps it takes start and stop timestamps and an interval step)"));
+        }
+        // The unit and zone of a timestamp argument; dates alone give
+        // SQL's `timestamp`.
+        return Ok(types
+            .iter()
+            .find_map(|t| match t {
+                DataType::Timestamp(unit, tz) => Some(DataType::Timestamp(*unit, tz.clone())),
+                _ => None,
+            })
+            .unwrap_or(DataType::Timestamp(
+                arrow::datatypes::TimeUnit::Nanosecond,
+                None,
+            )));
+    }
+    let mut wide = false;
+    let mut scale: Option<i8> = None;
+    for t in types {
+        match t {
+            DataType::Null
+            | DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::UInt8
+            | DataType::UInt16 => {}
+            DataType::Int64 | DataType::UInt32 => wide = true,
+            DataType::Decimal128(_, s) | DataType::Decimal256(_, s) => {
+                scale = Some(scale.map_or(*s, |x| x.max(*s)).max(0));
+            }
+            other => {
+                return Err(format!(
+                    " over {other} (Stride's takes integers, numerics and timestamps)"
+                ))
+            }
+        }
+    }
+    Ok(match scale {
+        Some(s) => DataType::Decimal128(38, s),
+        None if wide => DataType::Int64,
+        None => DataType::Int32,
+    })
 }
 
 /// The most bytes of values one series may hold (as one value may in
@@ -323,15 +373,7 @@ pub fn series_batches(
     }
     let rows = series_len(start, stop, step);
     let width = if *data_type == DataType::Int32 { 4 } else { 8 };
-    let bytes = u128::from(rows) * width;
-    if bytes > MAX_SERIES_BYTES as u128 {
-        return Err(stride_exec::ExecError::ValueTooLarge {
-            function: SetFunction::GenerateSeries.name().into(),
-            requested: usize::try_from(bytes).unwrap_or(usize::MAX),
-            limit: MAX_SERIES_BYTES,
-        }
-        .into());
-    }
+    crate::series::check_size(u128::from(rows), width)?;
     let rows = rows as usize;
     let schema = Arc::new(Schema::new(vec![Field::new(
         SetFunction::GenerateSeries.name(),

@@ -19,6 +19,7 @@ fn reads_lineitem(plan: &PhysicalPlan) -> bool {
         PhysicalPlan::HashJoin(j) => reads_lineitem(&j.left) || reads_lineitem(&j.right),
         PhysicalPlan::Union { inputs, .. } => inputs.iter().any(reads_lineitem),
         PhysicalPlan::Window(w) => reads_lineitem(&w.input),
+        PhysicalPlan::Expand(e) => reads_lineitem(&e.input),
     }
 }
 
@@ -53,6 +54,7 @@ fn violations(plan: &PhysicalPlan, engine: &Engine, out: &mut Vec<String>) {
         | PhysicalPlan::Sort { input, .. }
         | PhysicalPlan::Limit { input, .. } => violations(input, engine, out),
         PhysicalPlan::Window(w) => violations(&w.input, engine, out),
+        PhysicalPlan::Expand(e) => violations(&e.input, engine, out),
         PhysicalPlan::Union { inputs, .. } => {
             inputs.iter().for_each(|i| violations(i, engine, out))
         }

@@ -10,6 +10,7 @@
 //!   that any worker runs (see [`crate::step`]).
 
 pub mod aggregate;
+pub mod expand;
 pub mod filter;
 pub mod grouping_sets;
 pub mod hash_join;

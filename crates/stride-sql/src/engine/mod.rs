@@ -622,6 +622,7 @@ impl Session {
             .execute_and_check(plan, options, |_, _| {})
             .map_err(analyzer_error)?;
         let analyzed = crate::integers::fold_constants(analyzed)?;
+        let analyzed = crate::lateral::plan::expand_lateral_calls(analyzed)?;
         let settings = crate::context::OptimizerSettings {
             context: OptimizerContext::new(),
             functions: &self.engine.functions,
