@@ -38,6 +38,7 @@ fn tables(plan: &PhysicalPlan, out: &mut Vec<String>) {
         }
         PhysicalPlan::Union { inputs, .. } => inputs.iter().for_each(|i| tables(i, out)),
         PhysicalPlan::Window(w) => tables(&w.input, out),
+        PhysicalPlan::Expand(e) => tables(&e.input, out),
     }
 }
 
@@ -79,6 +80,7 @@ fn reductions(plan: &PhysicalPlan, out: &mut Vec<(Vec<String>, Vec<String>, usiz
         | PhysicalPlan::Limit { input, .. } => reductions(input, out),
         PhysicalPlan::Union { inputs, .. } => inputs.iter().for_each(|i| reductions(i, out)),
         PhysicalPlan::Window(w) => reductions(&w.input, out),
+        PhysicalPlan::Expand(e) => reductions(&e.input, out),
         PhysicalPlan::Scan { .. } | PhysicalPlan::Values { .. } => {}
     }
 }
