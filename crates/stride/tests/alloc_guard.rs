@@ -17,8 +17,7 @@ static GLOBAL: TrackingAllocator = TrackingAllocator(std::alloc::System);
 
 /// Morsels of 4096 rows, so that one morsel's strings are tens of MB.
 fn server() -> common::client::TestServer {
-    let dir = std::env::temp_dir().join(format!("stride-alloc-guard-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("alloc-guard-test");
     let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
         scheduler: stride_sched::SchedulerConfig {
             workers: 2,

@@ -34,8 +34,7 @@ fn servers() -> &'static Fixture {
     static SERVERS: OnceLock<Fixture> = OnceLock::new();
     SERVERS.get_or_init(|| {
         let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-        let dir = std::env::temp_dir().join(format!("stride-auth-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::scratch_dir("auth");
         let (cert_path, key_path) = (dir.join("server.crt"), dir.join("server.key"));
         std::fs::write(&cert_path, key.cert.pem()).unwrap();
         std::fs::write(&key_path, key.signing_key.serialize_pem()).unwrap();

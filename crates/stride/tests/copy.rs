@@ -37,12 +37,7 @@ fn server() -> SocketAddr {
 /// A directory of this test run's files.
 fn scratch() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("stride-copy-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    })
-    .clone()
+    DIR.get_or_init(|| common::scratch_dir("copy-test")).clone()
 }
 
 /// Runs psql as `user` with `args`; its standard output (panics if psql

@@ -30,9 +30,7 @@ fn server() -> &'static Fixture {
         let engine = common::test_engine(2);
         engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
         engine.set_default_schema("sf0_01").unwrap();
-        let import_dir =
-            std::env::temp_dir().join(format!("stride-hostile-{}", std::process::id()));
-        std::fs::create_dir_all(&import_dir).unwrap();
+        let import_dir = common::scratch_dir("hostile");
         std::fs::write(import_dir.join("ok.csv"), "a,b\n1,x\n2,y\n").unwrap();
         let import_dir = import_dir.canonicalize().unwrap();
         engine

@@ -574,8 +574,7 @@ fn a_cancel_request_reaches_a_client_that_stopped_reading() {
 fn two_slot_server() -> &'static TestServer {
     static SERVER: OnceLock<TestServer> = OnceLock::new();
     SERVER.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("stride-slots-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::scratch_dir("slots-test");
         let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
             scheduler: stride_sched::SchedulerConfig {
                 workers: 2,

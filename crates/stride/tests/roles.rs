@@ -35,8 +35,7 @@ fn start(config: ServerConfig, import_dir: Option<std::path::PathBuf>) -> Socket
 fn servers() -> &'static Fixture {
     static SERVERS: OnceLock<Fixture> = OnceLock::new();
     SERVERS.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("stride-roles-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::scratch_dir("roles");
         std::fs::write(dir.join("ok.csv"), "a,b\n1,x\n2,y\n").unwrap();
         let listen = "127.0.0.1:0".parse().unwrap();
         let scram = start(

@@ -135,8 +135,7 @@ pub fn tpch_server_with(
 /// MiB in all, 32 MiB a query), spilling below a temporary directory named
 /// after `tag` and the process.
 pub fn shared_tpch_server(tag: &str, config: stride_server::ServerConfig) -> TestServer {
-    let dir = std::env::temp_dir().join(format!("stride-{tag}-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = super::scratch_dir(&format!("{tag}-test"));
     tpch_server_with(256 << 20, 32 << 20, dir, config)
 }
 

@@ -215,3 +215,32 @@ pub const TPCH_ORDER: [&[(usize, bool)]; 22] = [
     &[(1, true), (0, false)],
     &[(0, false)],
 ];
+
+/// A directory for this test process's files, `stride-<name>-<pid>` under
+/// the system's temporary directory, created empty. Directories of the same
+/// name left by earlier runs whose process is gone are removed first: test
+/// binaries keep their scratch directory for the whole run (servers read
+/// from it until the process exits), so no run can remove its own.
+pub fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let tmp = std::env::temp_dir();
+    let prefix = format!("stride-{name}-");
+    if let Ok(entries) = std::fs::read_dir(&tmp) {
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let Some(pid) = file_name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let dir = tmp.join(format!("{prefix}{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
