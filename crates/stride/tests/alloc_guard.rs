@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use stride_exec::alloc_guard::TrackingAllocator;
 use tokio_postgres::Client;
 
@@ -17,31 +15,13 @@ static GLOBAL: TrackingAllocator = TrackingAllocator(std::alloc::System);
 
 /// Morsels of 4096 rows, so that one morsel's strings are tens of MB.
 fn server() -> common::client::TestServer {
-    let dir = common::scratch_dir("alloc-guard-test");
-    let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
-        scheduler: stride_sched::SchedulerConfig {
-            workers: 2,
-            pin_workers: false,
-            morsels: stride_sched::MorselPolicy::Fixed(4096),
-            ..Default::default()
-        },
-        memory: stride_sql::MemoryConfig {
-            limit: 1 << 30,
-            query_limit: 256 << 20,
-        },
-        spill: stride_sql::SpillConfig {
-            temp_dir: Some(dir),
-            file_limit: None,
-            force: false,
-        },
-        ..Default::default()
-    });
-    engine.load_tpch(0.01).expect("generate TPC-H SF 0.01");
-    engine.set_default_schema("sf0_01").unwrap();
-    common::client::TestServer {
-        addr: common::client::serve(engine.clone(), common::client::test_config(), 2),
-        engine: Arc::clone(&engine),
-    }
+    common::client::tpch_server_morsels(
+        stride_sched::MorselPolicy::Fixed(4096),
+        1 << 30,
+        256 << 20,
+        common::scratch_dir("alloc-guard-test"),
+        common::client::test_config(),
+    )
 }
 
 async fn one_i64(client: &Client, sql: &str) -> Option<i64> {

@@ -36,6 +36,14 @@ fn engine(workers: usize, morsels: MorselPolicy) -> std::sync::Arc<Engine> {
     engine
 }
 
+/// The output of `sql` on a fresh engine of `workers` and `morsels`.
+fn query(workers: usize, morsels: &MorselPolicy, sql: &str) -> stride_sql::QueryOutput {
+    engine(workers, morsels.clone())
+        .session()
+        .query(sql)
+        .unwrap()
+}
+
 /// `(k, id)` pairs of a query's two BIGINT columns, in result order.
 fn pairs(out: &stride_sql::QueryOutput) -> Vec<(Option<i64>, i64)> {
     let mut v = Vec::new();
@@ -56,16 +64,14 @@ fn a_large_sort_is_split_into_steps_and_sorts() {
         (2, MorselPolicy::Fixed(1000)),
         (2, MorselPolicy::Adaptive(Default::default())),
     ] {
-        let engine = engine(workers, morsels.clone());
-        let mut s = engine.session();
         // A key with few values (long runs of ties) and NULLs, descending
         // with NULLs first, then the id ascending.
-        let out = s
-            .query(
-                "SELECT CASE WHEN id % 11 = 0 THEN NULL ELSE id % 7 END AS k, id \
+        let out = query(
+            workers,
+            &morsels,
+            "SELECT CASE WHEN id % 11 = 0 THEN NULL ELSE id % 7 END AS k, id \
                  FROM big ORDER BY k DESC NULLS FIRST, id",
-            )
-            .unwrap();
+        );
         assert!(
             out.stats.follow_ups >= 2,
             "{workers} workers, {morsels:?}: the sort ran as steps: {:?}",
@@ -101,17 +107,15 @@ fn a_large_hash_build_is_laid_out_by_a_step_and_joins() {
         (1, MorselPolicy::Fixed(5)),
         (2, MorselPolicy::Adaptive(Default::default())),
     ] {
-        let engine = engine(workers, morsels.clone());
-        let mut s = engine.session();
         // 100 000 build rows (more than one step's threshold), a key with
         // NULLs on both sides.
-        let out = s
-            .query(
-                "SELECT CAST(count(*) AS BIGINT), CAST(sum(a.id) AS BIGINT) \
+        let out = query(
+            workers,
+            &morsels,
+            "SELECT CAST(count(*) AS BIGINT), CAST(sum(a.id) AS BIGINT) \
                  FROM big a JOIN big b \
                  ON CASE WHEN a.id % 5 = 0 THEN NULL ELSE a.id END = b.id",
-            )
-            .unwrap();
+        );
         assert!(out.stats.follow_ups >= 1, "{workers}, {morsels:?}");
         let got = pairs(&out);
         // Ids not divisible by 5: 80 000 rows, summing to
@@ -126,16 +130,14 @@ fn a_large_aggregate_prepares_its_merge_in_a_step() {
         (1, MorselPolicy::Fixed(9)),
         (2, MorselPolicy::Adaptive(Default::default())),
     ] {
-        let engine = engine(workers, morsels.clone());
-        let mut s = engine.session();
         // 50 000 groups of two rows each.
-        let out = s
-            .query(
-                "SELECT CAST(count(*) AS BIGINT), CAST(sum(n) AS BIGINT) FROM \
+        let out = query(
+            workers,
+            &morsels,
+            "SELECT CAST(count(*) AS BIGINT), CAST(sum(n) AS BIGINT) FROM \
                  (SELECT id % 50000 AS g, count(*) AS n FROM big GROUP BY g) t \
                  WHERE n = 2",
-            )
-            .unwrap();
+        );
         assert!(out.stats.follow_ups >= 1, "{workers}, {morsels:?}");
         assert_eq!(pairs(&out), vec![(Some(50_000), 100_000)]);
     }
@@ -148,16 +150,14 @@ fn a_medium_sort_on_several_keys_is_split_and_sorts() {
         (2, MorselPolicy::Fixed(333)),
         (2, MorselPolicy::Adaptive(Default::default())),
     ] {
-        let engine = engine(workers, morsels.clone());
-        let mut s = engine.session();
         // 20 000 rows (past the one-step limit, below 32 Ki), sorted on a
         // string, a number with ties and NULLs, and the id.
-        let out = s
-            .query(
-                "SELECT CASE WHEN id % 13 = 0 THEN NULL ELSE id % 5 END AS k, id FROM big \
+        let out = query(
+            workers,
+            &morsels,
+            "SELECT CASE WHEN id % 13 = 0 THEN NULL ELSE id % 5 END AS k, id FROM big \
                  WHERE id < 20000 ORDER BY CAST(id % 3 AS VARCHAR) DESC, k NULLS LAST, id",
-            )
-            .unwrap();
+        );
         assert!(
             out.stats.follow_ups >= 2,
             "{workers} workers, {morsels:?}: the sort ran as steps"
@@ -179,17 +179,15 @@ fn a_medium_hash_build_is_laid_out_by_a_step_and_joins() {
         (2, MorselPolicy::Fixed(777)),
         (2, MorselPolicy::Adaptive(Default::default())),
     ] {
-        let engine = engine(workers, morsels.clone());
-        let mut s = engine.session();
         // 18 000 build rows (those of the 24 000 whose key is not NULL):
         // more than the inline limit (16 Ki).
-        let out = s
-            .query(
-                "SELECT CAST(count(*) AS BIGINT), CAST(sum(a.id) AS BIGINT) \
+        let out = query(
+            workers,
+            &morsels,
+            "SELECT CAST(count(*) AS BIGINT), CAST(sum(a.id) AS BIGINT) \
                  FROM (SELECT id FROM big WHERE id < 24000) a JOIN big b \
                  ON CASE WHEN a.id % 4 = 0 THEN NULL ELSE a.id END = b.id",
-            )
-            .unwrap();
+        );
         assert!(out.stats.follow_ups >= 1, "{workers}, {morsels:?}");
         // Ids below 24 000 not divisible by 4: 18 000 rows, summing to
         // 287 988 000 - 4 * (0 + 1 + … + 5 999) = 216 000 000.
@@ -204,19 +202,17 @@ fn a_large_aggregate_prepares_its_merge_in_chunks() {
         (2, MorselPolicy::Fixed(4093)),
         (2, MorselPolicy::Adaptive(Default::default())),
     ] {
-        let engine = engine(workers, morsels.clone());
-        let mut s = engine.session();
         // 400 000 rows, 200 000 groups of two rows: more than one chunk
         // (64 Ki groups) of a worker's partial.
-        let out = s
-            .query(
-                "SELECT CAST(count(*) AS BIGINT), CAST(sum(n * g) AS BIGINT) FROM \
+        let out = query(
+            workers,
+            &morsels,
+            "SELECT CAST(count(*) AS BIGINT), CAST(sum(n * g) AS BIGINT) FROM \
                  (SELECT g, count(*) AS n FROM \
                    (SELECT (a.id * 4 + d.column1) % 200000 AS g \
                     FROM big a, (SELECT column1 FROM d WHERE column1 < 4) d) x \
                   GROUP BY g) t WHERE n = 2",
-            )
-            .unwrap();
+        );
         assert!(out.stats.follow_ups >= 1, "{workers}, {morsels:?}");
         // Every g in 0..200000 twice: 200 000 groups, sum(2·g) = 2 · 19 999 900 000.
         assert_eq!(

@@ -1349,6 +1349,25 @@ mod tests {
         use datafusion_physical_expr::aggregate::AggregateExprBuilder;
         use datafusion_physical_expr::expressions::Column;
 
+        /// Every row the merge emits, its cells as text joined by `|`, in
+        /// the order emitted.
+        pub(super) fn merged_rows(merge: &AggregateMergeSource) -> Vec<String> {
+            let mut rows = Vec::new();
+            while let Some(m) = merge.next_morsel(1).unwrap() {
+                for (_, b) in m.slices {
+                    for r in 0..b.num_rows() {
+                        let cells: Vec<String> = b
+                            .columns()
+                            .iter()
+                            .map(|c| array_value_to_string(c, r).unwrap())
+                            .collect();
+                        rows.push(cells.join("|"));
+                    }
+                }
+            }
+            rows
+        }
+
         pub(super) fn input_schema() -> SchemaRef {
             Arc::new(Schema::new(vec![
                 Field::new("k", DataType::Int64, true),
@@ -1461,19 +1480,7 @@ mod tests {
                     .unwrap(),
             )
             .unwrap();
-            let mut rows = Vec::new();
-            while let Some(m) = merge.next_morsel(1).unwrap() {
-                for (_, b) in m.slices {
-                    for r in 0..b.num_rows() {
-                        let cells: Vec<String> = b
-                            .columns()
-                            .iter()
-                            .map(|c| array_value_to_string(c, r).unwrap())
-                            .collect();
-                        rows.push(cells.join("|"));
-                    }
-                }
-            }
+            let mut rows = merged_rows(&merge);
             rows.sort();
             let spilled = memory.spilled_bytes();
             let dir = memory.spill().unwrap().dir().to_path_buf();
@@ -1536,10 +1543,9 @@ mod tests {
     }
 
     mod chunked {
-        use super::spilling::{aggregate_over, batch};
+        use super::spilling::{aggregate_over, batch, merged_rows};
         use super::*;
         use crate::memory::MemoryPool;
-        use arrow::util::display::array_value_to_string;
 
         /// Aggregates 30 000 rows (keys `keys`) on `workers` partials and
         /// prepares the merge with `chunk_groups` groups per chunk; returns
@@ -1568,19 +1574,7 @@ mod tests {
             );
             let parts = prepare.parts();
             crate::step::run_inline(vec![Arc::new(prepare)]).unwrap();
-            let mut rows = Vec::new();
-            while let Some(m) = merge.next_morsel(1).unwrap() {
-                for (_, b) in m.slices {
-                    for r in 0..b.num_rows() {
-                        let cells: Vec<String> = b
-                            .columns()
-                            .iter()
-                            .map(|c| array_value_to_string(c, r).unwrap())
-                            .collect();
-                        rows.push(cells.join("|"));
-                    }
-                }
-            }
+            let rows = merged_rows(&merge);
             (rows, parts)
         }
 

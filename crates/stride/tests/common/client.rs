@@ -109,10 +109,28 @@ pub fn tpch_server_with(
     temp_dir: std::path::PathBuf,
     config: stride_server::ServerConfig,
 ) -> TestServer {
+    tpch_server_morsels(
+        stride_sched::SchedulerConfig::default().morsels,
+        limit,
+        query_limit,
+        temp_dir,
+        config,
+    )
+}
+
+/// As [`tpch_server_with`], its two workers running `morsels`.
+pub fn tpch_server_morsels(
+    morsels: stride_sched::MorselPolicy,
+    limit: usize,
+    query_limit: usize,
+    temp_dir: std::path::PathBuf,
+    config: stride_server::ServerConfig,
+) -> TestServer {
     let engine = stride_sql::Engine::new(stride_sql::EngineConfig {
         scheduler: stride_sched::SchedulerConfig {
             workers: 2,
             pin_workers: false,
+            morsels,
             ..Default::default()
         },
         memory: stride_sql::MemoryConfig { limit, query_limit },
