@@ -693,8 +693,53 @@ impl DecisionCore {
                 })
             }
         }
+        let before = self.slots[k].stride.pass;
         self.slots[k].stride.charge(&self.policy, ran, t_max);
+        if let Some(floor) = self.slots[k].stride.queued_floor(&self.policy) {
+            self.queue_at_floor(k, floor, before);
+        }
         self.refresh(k);
+    }
+
+    /// Slot `k`'s group, at floor priority `floor`, was charged, its pass
+    /// moving on from `before` ([`crate::FloorOrder::Queue`]). The active
+    /// groups queued at that floor are one queue: they share the workers
+    /// with everyone else as the seed's decayed groups do, and among
+    /// themselves run in arrival order.
+    ///
+    /// * Against everyone else: under sharing, `m` decayed groups at equal
+    ///   passes move their smallest pass (what newcomers enter at and what
+    ///   others compare with) by one quantum's stride per `m` quanta run;
+    ///   here the charge advances the queue's pass by `1/m` of the stride.
+    /// * Among themselves: every member behind the new pass is raised to
+    ///   it, so members tie and the earliest arrival runs. A group that
+    ///   reaches the floor behind the queue's pass runs first until it has
+    ///   caught up (what it is owed, as under sharing); one that reaches it
+    ///   ahead keeps its pass until the queue catches up. Either way it
+    ///   then takes its place in arrival order.
+    ///
+    /// Cost: two passes over the activity mask per charge of a decayed
+    /// group; every raised slot's key is refreshed (the caller refreshes
+    /// `k`'s), so the cached tree stays exact.
+    fn queue_at_floor(&mut self, k: usize, floor: f64, before: f64) {
+        let member =
+            |this: &Self, j: usize| this.slots[j].stride.queued_floor(&this.policy) == Some(floor);
+        let mut members = 0usize;
+        self.for_each_active(|j, this| members += usize::from(j == k || member(this, j)));
+        let stride = self.slots[k].stride.pass - before;
+        let pass = before + stride / members.max(1) as f64;
+        self.slots[k].stride.pass = pass;
+        for w in 0..self.active.len() {
+            let mut bits = self.active[w];
+            while bits != 0 {
+                let j = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if j != k && self.slots[j].stride.pass < pass && member(self, j) {
+                    self.slots[j].stride.pass = pass;
+                    self.refresh(j);
+                }
+            }
+        }
     }
 }
 
@@ -873,6 +918,82 @@ mod tests {
             l.choose(),
             Some(1),
             "not one quantum of the old group first"
+        );
+    }
+
+    #[test]
+    fn decayed_groups_queue_in_arrival_order_behind_newcomers_and_static_priorities() {
+        let t = Duration::from_millis(2);
+        let mut l = DecisionCore::new(8, 1, Policy::Stride(Default::default()), 0);
+        // Three groups decay together: each decision charges the chosen one.
+        for (slot, id) in [(0, 1), (1, 2), (2, 3)] {
+            l.learn(slot, &entry(id, 0, id).view());
+        }
+        for _ in 0..400 {
+            let k = l.choose().expect("runnable");
+            l.charge(k, t, t);
+        }
+        assert!((0..3).all(|k| l.slots[k].stride.queued_floor(&l.policy).is_some()));
+        // At the floor the earliest arrival runs, task after task.
+        for _ in 0..50 {
+            assert_eq!(l.choose(), Some(0));
+            l.charge(0, t, t);
+        }
+        let queue_pass = l.slots[0].stride.pass;
+        assert!((0..3).all(|k| l.slots[k].stride.pass == queue_pass));
+        // A newcomer runs first; then, once decayed, it joins the queue
+        // behind the earlier arrivals.
+        l.learn(3, &entry(4, 0, 4).view());
+        assert_eq!(l.choose(), Some(3));
+        let mut newcomer_tasks = 0;
+        while l.choose() == Some(3) {
+            l.charge(3, t, t);
+            newcomer_tasks += 1;
+        }
+        assert!(newcomer_tasks >= 5, "{newcomer_tasks}");
+        assert_eq!(l.choose(), Some(0));
+        // The head leaves. The newcomer shares with the queue until it has
+        // decayed and caught up with the queue's pass; from then on it
+        // waits behind the earlier arrivals.
+        l.forget(0);
+        let caught_up = |l: &DecisionCore| {
+            l.slots[3].stride.queued_floor(&l.policy).is_some()
+                && l.slots[3].stride.pass >= l.slots[1].stride.pass
+        };
+        let mut decisions = 0;
+        while !caught_up(&l) {
+            let k = l.choose().expect("runnable");
+            l.charge(k, t, t);
+            decisions += 1;
+            assert!(decisions < 1000);
+        }
+        for _ in 0..200 {
+            assert_eq!(l.choose(), Some(1), "the newcomer queues behind 2 and 3");
+            l.charge(1, t, t);
+        }
+        // A static priority (always like a newcomer) keeps its share against
+        // the queue: it is never starved by the head.
+        let fixed = Arc::new(ResourceGroup::new(
+            9,
+            Vec::new(),
+            GroupFacts {
+                static_priority: true,
+                ..GroupFacts::default()
+            },
+        ));
+        l.learn(4, &at(&fixed, 0, 4, 9).view());
+        let mut static_tasks = 0;
+        for _ in 0..5000 {
+            let k = l.choose().expect("runnable");
+            static_tasks += usize::from(k == 4);
+            l.charge(k, t, t);
+        }
+        // As under sharing: p0 against three decayed groups at p_min, about
+        // 100 of its tasks to every 3 of the queue's (4854 of 5000).
+        let expected = 5000.0 * 100.0 / 103.0;
+        assert!(
+            (static_tasks as f64 - expected).abs() < 0.01 * expected,
+            "{static_tasks}"
         );
     }
 

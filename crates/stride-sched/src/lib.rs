@@ -84,7 +84,8 @@ pub use os_thread::OsSetup;
 pub use overhead::{measure_decision_overhead, DecisionOverhead};
 pub use pause::Resumer;
 pub use policy::{
-    CustomPolicy, DecayParams, GroupFacts, Policy, RankRule, TaskSetEstimate, ThresholdParams,
+    CustomPolicy, DecayParams, FloorOrder, GroupFacts, Policy, RankRule, TaskSetEstimate,
+    ThresholdParams,
 };
 pub use scheduler::{Scheduler, SchedulerConfig, WorkerOsPriority, DEFAULT_SLICE};
 pub use sim::{SimConfig, SimJob, SimResult, SimTaskSet};

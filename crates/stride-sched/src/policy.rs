@@ -21,6 +21,11 @@
 //!   (one quantum = `t_max`), every further quantum multiplies its priority by
 //!   `λ`, down to `p_min`. Short queries finish before long ones that arrived
 //!   at the same time, and a newly arrived query overtakes long-running ones.
+//!   At the floor Stride departs from the seed by default
+//!   ([`FloorOrder::Queue`]): the decayed groups of one floor priority
+//!   take, together, the share the seed gives them, but run in arrival
+//!   order instead of sharing it among themselves (policy name
+//!   `stride-share` keeps the seed's sharing).
 //! * **Lottery** (Waldspurger and Weihl, mentioned by seed 001 §2) — every
 //!   decision is a lottery in which a group holds as many tickets as it has
 //!   priority (the fair policy's priority); the group holding the winning
@@ -91,6 +96,31 @@ pub struct DecayParams {
     /// self-tuning in the seed ([`crate::tuning`]); 5 quanta (10 ms at
     /// t_max = 2 ms) until tuned.
     pub d_start: u32,
+    /// How groups that have decayed to the floor share the workers.
+    pub floor: FloorOrder,
+}
+
+/// How groups at the priority floor `p_min` are ordered among themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FloorOrder {
+    /// As the seed: every decayed group keeps advancing its pass at `p_min`,
+    /// so the decayed groups share the workers equally (processor sharing
+    /// among the long queries).
+    Share,
+    /// The decayed groups of one floor priority form a queue served in
+    /// arrival order: a worker keeps their passes equal (a charge to one
+    /// raises the others' to its pass), so they tie, and ties go to the
+    /// earlier arrival. Against everyone else the queue's pass moves as the
+    /// smallest pass of as many sharing decayed groups would, so groups
+    /// above the floor (newcomers, static priorities) get the share they
+    /// get under [`FloorOrder::Share`]. Fewer long queries are half done at any time:
+    /// under bursts of long arrivals their mean latency falls (the first
+    /// finishes at once instead of all at the end), and so does the memory
+    /// they hold in flight. Groups of different user priorities have
+    /// different floors and form separate queues, which share as the seed's
+    /// decayed groups do.
+    #[default]
+    Queue,
 }
 
 impl Default for DecayParams {
@@ -100,6 +130,7 @@ impl Default for DecayParams {
             p_min: 100.0,
             lambda: 0.9,
             d_start: 5,
+            floor: FloorOrder::default(),
         }
     }
 }
@@ -219,13 +250,18 @@ impl PartialEq for CustomPolicy {
 
 impl Policy {
     /// Parses a policy name as used by `--policy` and settings:
-    /// `fifo`, `fair`, `stride` (or `decay`), `lottery`, `srpt`,
-    /// `if-srpt` (or `ifsrpt`, `if_srpt`), `threshold`.
+    /// `fifo`, `fair`, `stride` (or `decay`), `stride-share` (decaying
+    /// priorities with [`FloorOrder::Share`], as seed 001), `lottery`,
+    /// `srpt`, `if-srpt` (or `ifsrpt`, `if_srpt`), `threshold`.
     pub fn parse(name: &str) -> Option<Policy> {
         match name.trim().to_ascii_lowercase().as_str() {
             "fifo" | "fcfs" => Some(Policy::Fifo),
             "fair" => Some(Policy::Fair),
             "stride" | "decay" => Some(Policy::Stride(DecayParams::default())),
+            "stride-share" => Some(Policy::Stride(DecayParams {
+                floor: FloorOrder::Share,
+                ..DecayParams::default()
+            })),
             "lottery" => Some(Policy::Lottery),
             "srpt" => Some(Policy::Srpt),
             "if-srpt" | "ifsrpt" | "if_srpt" => Some(Policy::IfSrpt),
@@ -238,6 +274,7 @@ impl Policy {
         match self {
             Policy::Fifo => "fifo",
             Policy::Fair => "fair",
+            Policy::Stride(d) if d.floor == FloorOrder::Share => "stride-share",
             Policy::Stride(_) => "stride",
             Policy::Lottery => "lottery",
             Policy::Srpt => "srpt",
@@ -563,6 +600,20 @@ impl StrideState {
         }
     }
 
+    /// The floor priority `p_min·u` of the group when it has decayed to it
+    /// and decayed groups queue ([`FloorOrder::Queue`]); `None` otherwise.
+    /// Groups with the same floor form one queue: the decision core keeps
+    /// their passes equal ([`crate::decision`]'s `charge`).
+    pub fn queued_floor(&self, policy: &Policy) -> Option<f64> {
+        match policy {
+            Policy::Stride(d) if d.floor == FloorOrder::Queue && !self.static_priority => {
+                let floor = d.p_min * self.user_priority;
+                (self.priority <= floor).then_some(floor)
+            }
+            _ => None,
+        }
+    }
+
     /// Charges a task that ran for `ran` (with target duration `t_max`):
     /// advances the pass at the current priority, then applies the decay of
     /// equation (2) for every whole quantum completed past the onset (not for
@@ -643,6 +694,63 @@ mod tests {
             s.charge(&policy, Q, Q);
         }
         assert_eq!(s.priority, 100.0);
+    }
+
+    /// Charges `s` until its priority reaches the floor.
+    fn decay_to_floor(s: &mut StrideState, policy: &Policy) {
+        for _ in 0..100 {
+            s.charge(policy, Q, Q);
+        }
+        assert_eq!(s.priority, 100.0);
+    }
+
+    #[test]
+    fn only_a_decayed_group_under_the_queue_rule_is_queued_at_its_floor() {
+        let policy = Policy::Stride(DecayParams::default());
+        let mut s = StrideState::enter(&policy, &GroupFacts::default(), 0, 0.0);
+        assert_eq!(s.queued_floor(&policy), None, "above the floor");
+        decay_to_floor(&mut s, &policy);
+        assert_eq!(s.queued_floor(&policy), Some(100.0));
+        // A user of priority 2 has its own floor, so its own queue.
+        let two = GroupFacts {
+            user_priority: 2.0,
+            ..GroupFacts::default()
+        };
+        let mut high = StrideState::enter(&policy, &two, 0, 0.0);
+        for _ in 0..100 {
+            high.charge(&policy, Q, Q);
+        }
+        assert_eq!(high.queued_floor(&policy), Some(200.0));
+        let share = Policy::parse("stride-share").unwrap();
+        assert_eq!(s.queued_floor(&share), None);
+        assert_eq!(s.queued_floor(&Policy::Fair), None);
+        let fixed = GroupFacts {
+            static_priority: true,
+            ..GroupFacts::default()
+        };
+        let mut never = StrideState::enter(&policy, &fixed, 0, 0.0);
+        for _ in 0..100 {
+            never.charge(&policy, Q, Q);
+        }
+        assert_eq!(never.queued_floor(&policy), None);
+    }
+
+    #[test]
+    fn shared_at_the_floor_decayed_groups_take_turns() {
+        let policy = Policy::Stride(DecayParams {
+            floor: FloorOrder::Share,
+            ..DecayParams::default()
+        });
+        let mut first = StrideState::enter(&policy, &GroupFacts::default(), 0, 0.0);
+        decay_to_floor(&mut first, &policy);
+        let mut second = StrideState::enter(&policy, &GroupFacts::default(), 1, 0.0);
+        decay_to_floor(&mut second, &policy);
+        assert_eq!(first.pass, second.pass);
+        // One quantum at p_min advances the pass by 1/p_min, and the
+        // second group's turn comes.
+        first.charge(&policy, Q, Q);
+        assert!((first.pass - second.pass - 0.01).abs() < 1e-9);
+        assert!(rank_of(&second, &policy, 2, 2) < rank_of(&first, &policy, 2, 2));
     }
 
     #[test]
@@ -801,6 +909,7 @@ mod tests {
             "fifo",
             "fair",
             "stride",
+            "stride-share",
             "lottery",
             "srpt",
             "if-srpt",

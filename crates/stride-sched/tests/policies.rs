@@ -240,20 +240,30 @@ fn lottery_shares_follow_the_tickets() {
 }
 
 /// Seed 001 §3.2 custom priorities (2): a user of priority 2 gets twice the
-/// CPU share of a user of priority 1 under fair, and under decaying
-/// priorities once both have decayed (p0 and p_min both scaled).
+/// CPU share of a user of priority 1 under fair, and under the seed's
+/// decaying priorities once both have decayed (p0 and p_min both scaled):
+/// as the seed (`stride-share`) and with decayed queries queued (`stride`),
+/// where different users' floors are different queues.
 #[test]
 fn user_priorities_scale_the_share() {
     let jobs = vec![
         SimJob::new(0.0, vec![SimTaskSet::elastic(100.0)]).with_facts(user(2.0)),
         SimJob::new(0.0, vec![SimTaskSet::elastic(100.0)]).with_facts(user(1.0)),
     ];
-    for policy in [Policy::Fair, stride()] {
+    let share = |policy: &Policy| {
         let mut cfg = SimConfig::new(policy.clone(), 2, T_MAX);
         cfg.horizon = Some(30.0);
         let r = simulate(&jobs, &cfg);
         let ratio = r.jobs[0].cpu / r.jobs[1].cpu;
         eprintln!("{}: CPU share ratio {ratio:.3}", policy.name());
+        ratio
+    };
+    for policy in [
+        Policy::Fair,
+        Policy::parse("stride-share").unwrap(),
+        stride(),
+    ] {
+        let ratio = share(&policy);
         assert!((ratio - 2.0).abs() < 0.05, "{}: {ratio}", policy.name());
     }
     // A static priority keeps p0: the static query beats a decayed one.
