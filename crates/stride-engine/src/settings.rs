@@ -233,7 +233,7 @@ pub fn parse_policy(value: &str) -> Result<Policy> {
     Policy::parse(value).ok_or_else(|| {
         EngineError::setting(
             SettingKind::InvalidValue,
-            format!("unknown policy \"{value}\" (try fifo, fair, stride, stride-share, lottery, srpt, if-srpt or threshold)"),
+            format!("unknown policy \"{value}\" (try fifo, fair, stride, stride-queue, lottery, srpt, if-srpt or threshold)"),
         )
     })
 }

@@ -924,7 +924,7 @@ mod tests {
     #[test]
     fn decayed_groups_queue_in_arrival_order_behind_newcomers_and_static_priorities() {
         let t = Duration::from_millis(2);
-        let mut l = DecisionCore::new(8, 1, Policy::Stride(Default::default()), 0);
+        let mut l = DecisionCore::new(8, 1, Policy::parse("stride-queue").unwrap(), 0);
         // Three groups decay together: each decision charges the chosen one.
         for (slot, id) in [(0, 1), (1, 2), (2, 3)] {
             l.learn(slot, &entry(id, 0, id).view());

@@ -21,11 +21,11 @@
 //!   (one quantum = `t_max`), every further quantum multiplies its priority by
 //!   `λ`, down to `p_min`. Short queries finish before long ones that arrived
 //!   at the same time, and a newly arrived query overtakes long-running ones.
-//!   At the floor Stride departs from the seed by default
-//!   ([`FloorOrder::Queue`]): the decayed groups of one floor priority
+//!   At the floor the decayed groups share the workers, as in the seed
+//!   ([`FloorOrder::Share`]); the variant `stride-queue`
+//!   ([`FloorOrder::Queue`]) has the decayed groups of one floor priority
 //!   take, together, the share the seed gives them, but run in arrival
-//!   order instead of sharing it among themselves (policy name
-//!   `stride-share` keeps the seed's sharing).
+//!   order instead of sharing it among themselves.
 //! * **Lottery** (Waldspurger and Weihl, mentioned by seed 001 §2) — every
 //!   decision is a lottery in which a group holds as many tickets as it has
 //!   priority (the fair policy's priority); the group holding the winning
@@ -105,7 +105,8 @@ pub struct DecayParams {
 pub enum FloorOrder {
     /// As the seed: every decayed group keeps advancing its pass at `p_min`,
     /// so the decayed groups share the workers equally (processor sharing
-    /// among the long queries).
+    /// among the long queries). The default.
+    #[default]
     Share,
     /// The decayed groups of one floor priority form a queue served in
     /// arrival order: a worker keeps their passes equal (a charge to one
@@ -118,8 +119,9 @@ pub enum FloorOrder {
     /// finishes at once instead of all at the end), and so does the memory
     /// they hold in flight. Groups of different user priorities have
     /// different floors and form separate queues, which share as the seed's
-    /// decayed groups do.
-    #[default]
+    /// decayed groups do. Policy name `stride-queue`; on the engine it
+    /// measured no better than sharing (docs/experiments.md, "Decayed
+    /// queries queue").
     Queue,
 }
 
@@ -250,16 +252,16 @@ impl PartialEq for CustomPolicy {
 
 impl Policy {
     /// Parses a policy name as used by `--policy` and settings:
-    /// `fifo`, `fair`, `stride` (or `decay`), `stride-share` (decaying
-    /// priorities with [`FloorOrder::Share`], as seed 001), `lottery`,
+    /// `fifo`, `fair`, `stride` (or `decay`; seed 001's decaying
+    /// priorities), `stride-queue` (the same with [`FloorOrder::Queue`]), `lottery`,
     /// `srpt`, `if-srpt` (or `ifsrpt`, `if_srpt`), `threshold`.
     pub fn parse(name: &str) -> Option<Policy> {
         match name.trim().to_ascii_lowercase().as_str() {
             "fifo" | "fcfs" => Some(Policy::Fifo),
             "fair" => Some(Policy::Fair),
             "stride" | "decay" => Some(Policy::Stride(DecayParams::default())),
-            "stride-share" => Some(Policy::Stride(DecayParams {
-                floor: FloorOrder::Share,
+            "stride-queue" => Some(Policy::Stride(DecayParams {
+                floor: FloorOrder::Queue,
                 ..DecayParams::default()
             })),
             "lottery" => Some(Policy::Lottery),
@@ -274,7 +276,7 @@ impl Policy {
         match self {
             Policy::Fifo => "fifo",
             Policy::Fair => "fair",
-            Policy::Stride(d) if d.floor == FloorOrder::Share => "stride-share",
+            Policy::Stride(d) if d.floor == FloorOrder::Queue => "stride-queue",
             Policy::Stride(_) => "stride",
             Policy::Lottery => "lottery",
             Policy::Srpt => "srpt",
@@ -706,7 +708,7 @@ mod tests {
 
     #[test]
     fn only_a_decayed_group_under_the_queue_rule_is_queued_at_its_floor() {
-        let policy = Policy::Stride(DecayParams::default());
+        let policy = Policy::parse("stride-queue").unwrap();
         let mut s = StrideState::enter(&policy, &GroupFacts::default(), 0, 0.0);
         assert_eq!(s.queued_floor(&policy), None, "above the floor");
         decay_to_floor(&mut s, &policy);
@@ -721,7 +723,8 @@ mod tests {
             high.charge(&policy, Q, Q);
         }
         assert_eq!(high.queued_floor(&policy), Some(200.0));
-        let share = Policy::parse("stride-share").unwrap();
+        let share = Policy::parse("stride").unwrap();
+        assert_eq!(share, Policy::Stride(DecayParams::default()));
         assert_eq!(s.queued_floor(&share), None);
         assert_eq!(s.queued_floor(&Policy::Fair), None);
         let fixed = GroupFacts {
@@ -737,10 +740,7 @@ mod tests {
 
     #[test]
     fn shared_at_the_floor_decayed_groups_take_turns() {
-        let policy = Policy::Stride(DecayParams {
-            floor: FloorOrder::Share,
-            ..DecayParams::default()
-        });
+        let policy = Policy::parse("stride").unwrap();
         let mut first = StrideState::enter(&policy, &GroupFacts::default(), 0, 0.0);
         decay_to_floor(&mut first, &policy);
         let mut second = StrideState::enter(&policy, &GroupFacts::default(), 1, 0.0);
@@ -909,7 +909,7 @@ mod tests {
             "fifo",
             "fair",
             "stride",
-            "stride-share",
+            "stride-queue",
             "lottery",
             "srpt",
             "if-srpt",

@@ -242,7 +242,7 @@ fn lottery_shares_follow_the_tickets() {
 /// Seed 001 §3.2 custom priorities (2): a user of priority 2 gets twice the
 /// CPU share of a user of priority 1 under fair, and under the seed's
 /// decaying priorities once both have decayed (p0 and p_min both scaled):
-/// as the seed (`stride-share`) and with decayed queries queued (`stride`),
+/// as the seed (`stride`) and with decayed queries queued (`stride-queue`),
 /// where different users' floors are different queues.
 #[test]
 fn user_priorities_scale_the_share() {
@@ -260,8 +260,8 @@ fn user_priorities_scale_the_share() {
     };
     for policy in [
         Policy::Fair,
-        Policy::parse("stride-share").unwrap(),
         stride(),
+        Policy::parse("stride-queue").unwrap(),
     ] {
         let ratio = share(&policy);
         assert!((ratio - 2.0).abs() < 0.05, "{}: {ratio}", policy.name());

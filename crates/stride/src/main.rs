@@ -56,9 +56,9 @@ struct GlobalArgs {
     /// Fixed tuples per morsel (default: adaptive morsels sized to t_max, seed 001 §3.1).
     #[arg(long, global = true)]
     morsel_rows: Option<usize>,
-    /// Scheduling policy: fifo, fair, stride (decaying priorities; decayed
-    /// queries queue), stride-share (decaying priorities as seed 001:
-    /// decayed queries share), lottery, srpt, if-srpt or threshold (default srpt, the best measured: see
+    /// Scheduling policy: fifo, fair, stride (seed 001's decaying
+    /// priorities), stride-queue (the same, decayed queries run in arrival
+    /// order), lottery, srpt, if-srpt or threshold (default srpt, the best measured: see
     /// README). With `bench … --pg`, sent to the server as `SET
     /// stride.policy` only when given.
     #[arg(long, global = true)]
@@ -526,7 +526,7 @@ fn start_traced(
     };
     let policy = global.policy.as_deref().unwrap_or("srpt");
     scheduler.policy = stride_sched::Policy::parse(policy).with_context(|| {
-        format!("unknown policy \"{policy}\" (expected fifo, fair, stride, stride-share, lottery, srpt, if-srpt or threshold)")
+        format!("unknown policy \"{policy}\" (expected fifo, fair, stride, stride-queue, lottery, srpt, if-srpt or threshold)")
     })?;
     let estimates = match &global.estimates {
         Some(m) => Some(

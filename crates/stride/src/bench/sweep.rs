@@ -79,7 +79,7 @@ pub fn run(args: &SweepArgs, global: &GlobalArgs) -> Result<()> {
     }
     for p in &args.policies {
         if stride_sched::Policy::parse(p).is_none() {
-            bail!("unknown policy \"{p}\" (expected fifo, fair, stride, stride-share, lottery, srpt, if-srpt or threshold)");
+            bail!("unknown policy \"{p}\" (expected fifo, fair, stride, stride-queue, lottery, srpt, if-srpt or threshold)");
         }
     }
     if let Some(l) = args.loads.iter().find(|l| !(**l > 0.0 && l.is_finite())) {
