@@ -15,7 +15,9 @@
 //! scattered back to the full batch (what evaluating the whole `AND` tree
 //! as one expression does where its left side is selective), and later
 //! conjuncts run on the rows the earlier ones kept. NULL counts as false,
-//! as for the whole predicate.
+//! as for the whole predicate. A conjunct that fails on rows an earlier one
+//! rejected (`x <> 0 AND 100 / x > 5`) is evaluated again on the rows
+//! still in, so such a guard works as it does in PostgreSQL.
 
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::kernels::boolean::and;
@@ -81,7 +83,24 @@ pub fn apply_conjuncts(conjuncts: &[ExprRef], batch: &RecordBatch) -> Result<Rec
         if rows.num_rows() == 0 {
             return Ok(rows);
         }
-        let mask = mask_of(conjunct, &rows)?;
+        let mask = match mask_of(conjunct, &rows) {
+            Ok(mask) => mask,
+            Err(err) => {
+                // What failed may be a row an earlier conjunct rejected (a
+                // guard such as `x <> 0 AND 100 / x > 5`, where the mask
+                // kept too many rows to narrow the batch first): evaluate
+                // again on the rows still in, as a left-to-right AND would.
+                let Some(before) = running.take().filter(|m| m.true_count() < rows.num_rows())
+                else {
+                    return Err(err);
+                };
+                rows = filter_record_batch(&rows, &before)?;
+                if rows.num_rows() == 0 {
+                    return Ok(rows);
+                }
+                mask_of(conjunct, &rows)?
+            }
+        };
         running = Some(match running {
             None => mask,
             Some(before) => and(&before, &mask)?,
@@ -199,6 +218,31 @@ mod tests {
         let empty = b.slice(0, 0);
         let parts = vec![cmp(&b, Op::Gt, 1), cmp(&b, Op::Lt, 5)];
         assert_eq!(apply_conjuncts(&parts, &empty).unwrap().num_rows(), 0);
+    }
+
+    /// `x <> 0 AND 100 / x > 5` with a zero among many other values: the
+    /// first mask keeps too many rows to narrow the batch, the division
+    /// fails on the zero, and is evaluated again without it. Without the
+    /// guard the division by zero is an error.
+    #[test]
+    fn a_conjunct_failing_only_on_rejected_rows_is_evaluated_on_the_rows_left() {
+        let b = batch((0..100).map(Some).collect());
+        let div = || {
+            let hundred_by_x = binary(
+                lit(100i64),
+                Op::Divide,
+                col("x", &b.schema()).unwrap(),
+                &b.schema(),
+            )
+            .unwrap();
+            binary(hundred_by_x, Op::Gt, lit(5i64), &b.schema()).unwrap()
+        };
+        let guarded = vec![cmp(&b, Op::NotEq, 0), div()];
+        let got = apply_conjuncts(&guarded, &b).unwrap();
+        // Integer division: 100 / 16 = 6 > 5, 100 / 17 = 5.
+        assert_eq!(values(&got), (1..17).map(Some).collect::<Vec<_>>());
+        assert!(apply_conjuncts(&[div()], &b).is_err());
+        assert!(apply_conjuncts(&[cmp(&b, Op::GtEq, 0), div()], &b).is_err());
     }
 
     #[test]
