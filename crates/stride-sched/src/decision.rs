@@ -464,10 +464,7 @@ impl DecisionCore {
 
     fn for_each_active(&self, mut f: impl FnMut(usize, &Self)) {
         for (i, &word) in self.active.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let k = i * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
+            for k in set_bits(i, word) {
                 f(k, self);
             }
         }
@@ -573,10 +570,7 @@ impl DecisionCore {
         };
         let mut best: Option<(Key, usize)> = None;
         for (i, &word) in self.active.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let k = i * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
+            for k in set_bits(i, word) {
                 let Some(tier) = self.slots[k].reach.tier() else {
                     continue;
                 };
@@ -730,10 +724,7 @@ impl DecisionCore {
         let pass = before + stride / members.max(1) as f64;
         self.slots[k].stride.pass = pass;
         for w in 0..self.active.len() {
-            let mut bits = self.active[w];
-            while bits != 0 {
-                let j = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
+            for j in set_bits(w, self.active[w]) {
                 if j != k && self.slots[j].stride.pass < pass && member(self, j) {
                     self.slots[j].stride.pass = pass;
                     self.refresh(j);
@@ -741,6 +732,21 @@ impl DecisionCore {
             }
         }
     }
+}
+
+/// The slots whose bits are set in `word`, word `i` of a slot mask, in
+/// increasing order. Owns its copy of the word, so the caller may change
+/// the mask (or anything else) while it walks.
+#[inline]
+fn set_bits(i: usize, word: u64) -> impl Iterator<Item = usize> {
+    let mut bits = word;
+    std::iter::from_fn(move || {
+        (bits != 0).then(|| {
+            let k = i * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            k
+        })
+    })
 }
 
 #[cfg(all(test, not(loom)))]

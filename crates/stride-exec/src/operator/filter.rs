@@ -70,8 +70,8 @@ fn mask_of(conjunct: &ExprRef, batch: &RecordBatch) -> Result<BooleanArray> {
 
 /// Keeps the rows of `batch` for which every conjunct is true, narrowing
 /// the batch between conjuncts (see the module docs).
-pub fn apply_conjuncts(conjuncts: &[ExprRef], batch: &RecordBatch) -> Result<RecordBatch> {
-    let mut rows = batch.clone();
+fn apply_conjuncts(conjuncts: &[ExprRef], batch: RecordBatch) -> Result<RecordBatch> {
+    let mut rows = batch;
     let mut running: Option<BooleanArray> = None;
     for conjunct in conjuncts {
         if let Some(mask) = &running {
@@ -112,16 +112,9 @@ pub fn apply_conjuncts(conjuncts: &[ExprRef], batch: &RecordBatch) -> Result<Rec
     }
 }
 
-/// Evaluates a boolean predicate on `batch` and keeps the rows where it is
-/// true, conjunct by conjunct ([`apply_conjuncts`]).
-pub fn apply_predicate(predicate: &ExprRef, batch: &RecordBatch) -> Result<RecordBatch> {
-    let conjuncts: Vec<ExprRef> = split_conjunction(predicate).into_iter().cloned().collect();
-    apply_conjuncts(&conjuncts, batch)
-}
-
 impl Operator for FilterOperator {
     fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
-        emit(apply_conjuncts(&self.conjuncts, &batch)?).map(drop)
+        emit(apply_conjuncts(&self.conjuncts, batch)?).map(drop)
     }
 
     fn name(&self) -> String {
@@ -202,7 +195,7 @@ mod tests {
                 .unwrap();
             let expected =
                 filter_record_batch(&b, &prep_null_mask_filter(mask.as_boolean())).unwrap();
-            let got = apply_conjuncts(&parts, &b).unwrap();
+            let got = apply_conjuncts(&parts, b.clone()).unwrap();
             assert_eq!(values(&got), values(&expected), "{whole}");
             let op = FilterOperator::new(whole.clone());
             assert_eq!(op.conjuncts.len(), parts.len());
@@ -217,7 +210,7 @@ mod tests {
         }
         let empty = b.slice(0, 0);
         let parts = vec![cmp(&b, Op::Gt, 1), cmp(&b, Op::Lt, 5)];
-        assert_eq!(apply_conjuncts(&parts, &empty).unwrap().num_rows(), 0);
+        assert_eq!(apply_conjuncts(&parts, empty).unwrap().num_rows(), 0);
     }
 
     /// `x <> 0 AND 100 / x > 5` with a zero among many other values: the
@@ -238,18 +231,18 @@ mod tests {
             binary(hundred_by_x, Op::Gt, lit(5i64), &b.schema()).unwrap()
         };
         let guarded = vec![cmp(&b, Op::NotEq, 0), div()];
-        let got = apply_conjuncts(&guarded, &b).unwrap();
+        let got = apply_conjuncts(&guarded, b.clone()).unwrap();
         // Integer division: 100 / 16 = 6 > 5, 100 / 17 = 5.
         assert_eq!(values(&got), (1..17).map(Some).collect::<Vec<_>>());
-        assert!(apply_conjuncts(&[div()], &b).is_err());
-        assert!(apply_conjuncts(&[cmp(&b, Op::GtEq, 0), div()], &b).is_err());
+        assert!(apply_conjuncts(&[div()], b.clone()).is_err());
+        assert!(apply_conjuncts(&[cmp(&b, Op::GtEq, 0), div()], b.clone()).is_err());
     }
 
     #[test]
     fn a_predicate_that_is_not_boolean_is_an_internal_error() {
         let b = batch(vec![Some(1)]);
         let not_boolean = col("x", &b.schema()).unwrap();
-        let err = apply_predicate(&not_boolean, &b).unwrap_err();
+        let err = apply_conjuncts(&[not_boolean], b).unwrap_err();
         assert!(matches!(err, ExecError::Internal(_)), "{err}");
     }
 }
