@@ -46,14 +46,16 @@ impl Keys {
     #[inline]
     pub(super) fn hash(&self, i: usize) -> u64 {
         match self {
-            Keys::Int(v, _) => hash_u64(v[i] as u64),
-            Keys::Int2(a, b, _) => hash_u64(a[i] as u64 ^ hash_u64(b[i] as u64)),
+            Keys::Int(v, _) => hash_int(v[i]),
+            Keys::Int2(a, b, _) => hash_int2(a[i], b[i]),
             Keys::Rows(r, _) => hash_bytes(r.row(i).as_ref()),
             Keys::Empty => 0,
         }
     }
 
-    #[inline]
+    /// Whether row `i` of these keys equals row `j` of `other` (the
+    /// probe's walk inlines the same comparison per encoding).
+    #[cfg(test)]
     pub(super) fn eq(&self, i: usize, other: &Keys, j: usize) -> bool {
         match (self, other) {
             (Keys::Int(a, _), Keys::Int(b, _)) => a[i] == b[j],
@@ -63,6 +65,18 @@ impl Keys {
             _ => false,
         }
     }
+}
+
+/// Hash of a one-column integer key.
+#[inline(always)]
+pub(super) fn hash_int(v: i64) -> u64 {
+    hash_u64(v as u64)
+}
+
+/// Hash of a two-column integer key.
+#[inline(always)]
+pub(super) fn hash_int2(a: i64, b: i64) -> u64 {
+    hash_u64(a as u64 ^ hash_u64(b as u64))
 }
 
 /// Turns key columns into [`Keys`]; shared by build and probe so both encode alike.

@@ -10,7 +10,7 @@ use arrow::datatypes::SchemaRef;
 use super::grace::GracePasses;
 use super::keys::{eval_keys, KeyEncoder, Keys};
 use super::scan::JoinBuildScanSource;
-use super::table::{HashTableSlot, JoinHashTable, ProbeCursor, CHUNK_PAIRS};
+use super::table::{HashTableSlot, JoinHashTable, ProbeCursor, Walk, CHUNK_PAIRS};
 use super::{JoinModes, SideMode};
 use crate::error::{ExecError, Result};
 use crate::memory::{batch_bytes, QueryMemory};
@@ -325,9 +325,18 @@ impl Operator for HashProbeOperator {
             let needs_match = matches!(self.modes.probe, SideMode::None | SideMode::Semi);
             return grace.defer_probe(&batch, &keys, needs_match);
         }
-        // Per-row decisions (probe-side outer, semi, anti) need all of a
-        // row's pairs in one chunk.
-        let whole_rows = self.modes.probe != SideMode::None;
+        // Per-row decisions (probe-side outer, semi, anti, mark) need all
+        // of a row's pairs in one chunk, or only its first when neither a
+        // filter nor the build side looks at the pairs.
+        let walk = match self.modes.probe {
+            SideMode::None => Walk::Split,
+            SideMode::Semi | SideMode::Anti | SideMode::Mark
+                if self.filter.is_none() && self.modes.build == SideMode::None =>
+            {
+                Walk::FirstMatch
+            }
+            _ => Walk::WholeRows,
+        };
         let row_bytes = |b: &RecordBatch| batch_bytes(b) / b.num_rows().max(1);
         let pair_bytes = 8 + row_bytes(&batch) + row_bytes(&table.batch);
         let mut cursor = ProbeCursor::row(0);
@@ -336,7 +345,7 @@ impl Operator for HashProbeOperator {
             let first = cursor.row;
             p.clear();
             b.clear();
-            cursor = table.candidates(&keys, n, cursor, CHUNK_PAIRS, whole_rows, (&mut p, &mut b));
+            cursor = table.candidates(&keys, n, cursor, CHUNK_PAIRS, walk, (&mut p, &mut b));
             let _oversized = if p.len() > CHUNK_PAIRS {
                 Some(self.memory.charge(p.len() * pair_bytes, "join output")?)
             } else {

@@ -5,11 +5,13 @@ use std::sync::{Arc, OnceLock};
 use stride_sched::FinalizeContext;
 
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::buffer::NullBuffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 
 use super::grace::GraceJoin;
-use super::keys::Keys;
+use super::keys::{hash_int, hash_int2, Keys};
 use crate::error::{ExecError, Result};
+use crate::hash::hash_bytes;
 use crate::operator::Sink;
 use crate::seq::MorselSeq;
 use crate::source::{Morsel, Source};
@@ -154,15 +156,27 @@ impl JoinHashTable {
 
     /// Links `rows` into their buckets' chains, each at the chain's front.
     /// Every row must be inserted exactly once (by whichever worker).
+    ///
+    /// Rows go in groups: the group's buckets are read first with plain
+    /// loads, which overlap, so the swaps (locked instructions, which do
+    /// not overlap with other memory accesses) find their lines in cache.
     pub(super) fn insert(&self, rows: impl Iterator<Item = u32>) {
-        for row in rows {
-            let r = row as usize;
-            if self.keys.is_null(r) {
-                continue;
+        let mut rows = rows
+            .filter(|&row| !self.keys.is_null(row as usize))
+            .peekable();
+        let mut group = [(0u32, 0usize); GROUP];
+        while rows.peek().is_some() {
+            let mut n = 0;
+            for (slot, row) in group.iter_mut().zip(rows.by_ref()) {
+                let bucket = (self.keys.hash(row as usize) & self.mask) as usize;
+                std::hint::black_box(self.heads[bucket].load(Ordering::Relaxed));
+                *slot = (row, bucket);
+                n += 1;
             }
-            let b = (self.keys.hash(r) & self.mask) as usize;
-            let prev = self.heads[b].swap(row + 1, Ordering::Relaxed);
-            self.next[r].store(prev, Ordering::Relaxed);
+            for &(row, bucket) in &group[..n] {
+                let prev = self.heads[bucket].swap(row + 1, Ordering::Relaxed);
+                self.next[row as usize].store(prev, Ordering::Relaxed);
+            }
         }
     }
 
@@ -186,70 +200,209 @@ impl JoinHashTable {
 
     /// Appends candidate pairs (probe row, build row) with equal keys to
     /// `p` and `b`, from `cursor` on, until `rows` probe rows are done or
-    /// the pairs reach `budget`; returns where the walk stopped. With
-    /// `whole_rows` a row's pairs are never split across two calls.
+    /// the pairs reach `budget`; returns where the walk stopped. `walk`
+    /// says whether a row's pairs may be split across two calls and
+    /// whether a row's first match is enough.
     pub(super) fn candidates(
         &self,
         probe: &Keys,
         rows: usize,
-        mut cursor: ProbeCursor,
+        cursor: ProbeCursor,
         budget: usize,
-        whole_rows: bool,
+        walk: Walk,
         (p, b): (&mut Vec<u32>, &mut Vec<u32>),
     ) -> ProbeCursor {
-        let build_rows = self.num_rows() as u32;
+        let mut chains = Chains {
+            table: self,
+            budget,
+            walk,
+            p,
+            b,
+        };
+        let null =
+            |nulls: &Option<NullBuffer>, i: usize| nulls.as_ref().is_some_and(|n| n.is_null(i));
+        match (probe, &self.keys) {
+            (Keys::Empty, _) => chains.cross(rows, cursor),
+            (Keys::Int(a, nulls), Keys::Int(k, _)) => chains.walk(
+                rows,
+                cursor,
+                |i| null(nulls, i),
+                |i| hash_int(a[i]),
+                |i, j| a[i] == k[j],
+            ),
+            (Keys::Int2(a1, a2, nulls), Keys::Int2(k1, k2, _)) => chains.walk(
+                rows,
+                cursor,
+                |i| null(nulls, i),
+                |i| hash_int2(a1[i], a2[i]),
+                |i, j| a1[i] == k1[j] && a2[i] == k2[j],
+            ),
+            (Keys::Rows(r, nulls), Keys::Rows(k, _)) => chains.walk(
+                rows,
+                cursor,
+                |i| null(nulls, i),
+                |i| hash_bytes(r.row(i).as_ref()),
+                |i, j| r.row(i) == k.row(j),
+            ),
+            // Keys encoded apart never compare equal (both sides share one
+            // encoder, so this is an empty build side at most).
+            _ => ProbeCursor::row(rows),
+        }
+    }
+}
+
+/// How a probe walks a row's chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// A chunk may end inside a row's chain (inner joins and build-side
+    /// modes: the pairs are independent).
+    Split,
+    /// A row's pairs are never split across two chunks (joins that decide
+    /// per probe row: probe-side outer, or semi/anti/mark with a filter or
+    /// build-side state).
+    WholeRows,
+    /// Only whether a row has an equal key counts: its walk stops at the
+    /// first (semi, anti and mark joins without a filter whose build side
+    /// records nothing).
+    FirstMatch,
+}
+
+/// Probe rows walked together. Their bucket heads, then their first
+/// candidates and chain links, are loaded in passes over the group, so the
+/// cache misses of one row overlap with the other rows' instead of
+/// following each other (one row at a time, each load waits on the last).
+const GROUP: usize = 32;
+
+/// One walk of probe rows against a table, appending to `p` and `b`.
+struct Chains<'a> {
+    table: &'a JoinHashTable,
+    budget: usize,
+    walk: Walk,
+    p: &'a mut Vec<u32>,
+    b: &'a mut Vec<u32>,
+}
+
+impl Chains<'_> {
+    /// The keyed walk over `rows`, generic over the key encoding so each
+    /// encoding's hash and compare are inlined.
+    #[inline(always)]
+    fn walk(
+        &mut self,
+        rows: usize,
+        mut cursor: ProbeCursor,
+        is_null: impl Fn(usize) -> bool,
+        hash: impl Fn(usize) -> u64,
+        eq: impl Fn(usize, usize) -> bool,
+    ) -> ProbeCursor {
+        let t = self.table;
+        if let Some(next) = cursor.next {
+            cursor = self.chain(cursor.row, next, &eq);
+            if cursor.next.is_some() {
+                return cursor;
+            }
+        }
+        let mut heads = [0u32; GROUP];
+        let mut first = [false; GROUP];
+        let mut links = [0u32; GROUP];
         while cursor.row < rows {
-            let i = cursor.row;
-            if p.len() >= budget {
-                break;
-            }
-            if let Keys::Empty = probe {
-                // Every build row matches: `next` is the next build row.
-                let mut j = cursor.next.unwrap_or(0);
-                let stop = if whole_rows {
-                    build_rows
+            let start = cursor.row;
+            let n = GROUP.min(rows - start);
+            // Pass 1: each row's bucket head (1 + build row, 0 = empty).
+            for (k, head) in heads[..n].iter_mut().enumerate() {
+                let i = start + k;
+                *head = if is_null(i) {
+                    0
                 } else {
-                    build_rows.min(j.saturating_add((budget - p.len()) as u32))
+                    t.heads[(hash(i) & t.mask) as usize].load(Ordering::Relaxed)
                 };
-                while j < stop {
-                    p.push(i as u32);
-                    b.push(j);
-                    j += 1;
+            }
+            // Pass 2: each row's first candidate and the link after it.
+            for k in 0..n {
+                if let Some(j) = heads[k].checked_sub(1) {
+                    first[k] = eq(start + k, j as usize);
+                    links[k] = t.next[j as usize].load(Ordering::Relaxed);
                 }
-                cursor = if j < build_rows {
-                    ProbeCursor {
-                        row: i,
-                        next: Some(j),
-                    }
-                } else {
-                    ProbeCursor::row(i + 1)
-                };
-                continue;
             }
-            if probe.is_null(i) {
+            // Pass 3: the pairs, in chain order, within the budget.
+            for k in 0..n {
+                let i = start + k;
+                if self.p.len() >= self.budget {
+                    return ProbeCursor::row(i);
+                }
+                let Some(j) = heads[k].checked_sub(1) else {
+                    continue;
+                };
+                if first[k] {
+                    self.p.push(i as u32);
+                    self.b.push(j);
+                    if self.walk == Walk::FirstMatch {
+                        continue;
+                    }
+                }
+                let after = self.chain(i, links[k], &eq);
+                if after.next.is_some() {
+                    return after;
+                }
+            }
+            cursor = ProbeCursor::row(start + n);
+        }
+        cursor
+    }
+
+    /// Walks probe row `i`'s chain from `cur` (1 + build row, 0 at the
+    /// end); returns where it stopped: inside the chain when a split walk
+    /// filled its budget, else at the next row.
+    #[inline(always)]
+    fn chain(&mut self, i: usize, mut cur: u32, eq: &impl Fn(usize, usize) -> bool) -> ProbeCursor {
+        while cur != 0 {
+            if self.walk == Walk::Split && self.p.len() >= self.budget {
+                return ProbeCursor {
+                    row: i,
+                    next: Some(cur),
+                };
+            }
+            let j = cur - 1;
+            if eq(i, j as usize) {
+                self.p.push(i as u32);
+                self.b.push(j);
+                if self.walk == Walk::FirstMatch {
+                    break;
+                }
+            }
+            cur = self.table.next[j as usize].load(Ordering::Relaxed);
+        }
+        ProbeCursor::row(i + 1)
+    }
+
+    /// A join without keys: every build row matches every probe row; the
+    /// cursor's `next` is the next build row.
+    fn cross(&mut self, rows: usize, mut cursor: ProbeCursor) -> ProbeCursor {
+        let build_rows = self.table.num_rows() as u32;
+        while cursor.row < rows && self.p.len() < self.budget {
+            let i = cursor.row;
+            if self.walk == Walk::FirstMatch {
+                if build_rows > 0 {
+                    self.p.push(i as u32);
+                    self.b.push(0);
+                }
                 cursor = ProbeCursor::row(i + 1);
                 continue;
             }
-            // `cur` is 1 + the next build row of the chain, 0 at its end.
-            let mut cur = match cursor.next {
-                Some(next) => next,
-                None => self.heads[(probe.hash(i) & self.mask) as usize].load(Ordering::Relaxed),
+            let mut j = cursor.next.unwrap_or(0);
+            let stop = if self.walk == Walk::Split {
+                build_rows.min(j.saturating_add((self.budget - self.p.len()) as u32))
+            } else {
+                build_rows
             };
-            while cur != 0 {
-                if !whole_rows && p.len() >= budget {
-                    break;
-                }
-                let j = (cur - 1) as usize;
-                if probe.eq(i, &self.keys, j) {
-                    p.push(i as u32);
-                    b.push(j as u32);
-                }
-                cur = self.next[j].load(Ordering::Relaxed);
+            while j < stop {
+                self.p.push(i as u32);
+                self.b.push(j);
+                j += 1;
             }
-            cursor = if cur != 0 {
+            cursor = if j < build_rows {
                 ProbeCursor {
                     row: i,
-                    next: Some(cur),
+                    next: Some(j),
                 }
             } else {
                 ProbeCursor::row(i + 1)

@@ -48,7 +48,7 @@ fn matches(t: &JoinHashTable, distinct: i64) -> Vec<Vec<u32>> {
         distinct as usize,
         ProbeCursor::row(0),
         usize::MAX,
-        true,
+        Walk::WholeRows,
         (&mut p, &mut b),
     );
     assert_eq!(end, ProbeCursor::row(distinct as usize));
@@ -374,4 +374,108 @@ fn a_large_build_side_is_laid_out_by_a_split_step() {
 
 fn reference_nulls(keys: &Keys, rows: usize) -> usize {
     (0..rows).filter(|&r| keys.is_null(r)).count()
+}
+
+/// Every walk, resumed chunk by chunk with small budgets, finds exactly the
+/// pairs a nested loop over the keys finds (NULL keys match nothing), for
+/// each key encoding, at probe sizes around the walk's row groups.
+#[test]
+fn every_walk_finds_the_pairs_of_a_nested_loop() {
+    use arrow::array::StringArray;
+    // Keys: `row % distinct`, with every 7th row NULL.
+    let ints = |n: usize, distinct: usize| -> ArrayRef {
+        Arc::new(Int64Array::from_iter(
+            (0..n).map(|r| (r % 7 != 3).then_some((r % distinct) as i64)),
+        ))
+    };
+    let strings = |n: usize, distinct: usize| -> ArrayRef {
+        Arc::new(StringArray::from_iter(
+            (0..n).map(|r| (r % 7 != 3).then(|| format!("k{}", r % distinct))),
+        ))
+    };
+    type Columns = fn(usize, usize, &dyn Fn(usize, usize) -> ArrayRef) -> Vec<ArrayRef>;
+    let one: Columns = |n, d, f| vec![f(n, d)];
+    let two: Columns = |n, d, f| vec![f(n, d), f(n, d + 1)];
+    for columns in [one, two] {
+        for use_strings in [false, true] {
+            let make: &dyn Fn(usize, usize) -> ArrayRef =
+                if use_strings { &strings } else { &ints };
+            let build_cols = columns(300, 11, make);
+            let types: Vec<DataType> = build_cols.iter().map(|c| c.data_type().clone()).collect();
+            let encoder = KeyEncoder::new(types, false).unwrap();
+            let fields: Vec<Field> = build_cols
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Field::new(format!("k{i}"), c.data_type().clone(), true))
+                .collect();
+            let batch =
+                RecordBatch::try_new(Arc::new(Schema::new(fields)), build_cols.clone()).unwrap();
+            let build = encoder.encode(build_cols).unwrap();
+            let t = JoinHashTable::linked(
+                batch,
+                encoder.encode(columns(300, 11, make)).unwrap(),
+                false,
+            )
+            .unwrap();
+            for probe_rows in [0, 1, 31, 32, 33, 64, 100] {
+                let probe = encoder.encode(columns(probe_rows, 13, make)).unwrap();
+                let mut want: Vec<(u32, u32)> = Vec::new();
+                for i in 0..probe_rows {
+                    for j in 0..300 {
+                        if !probe.is_null(i) && !build.is_null(j) && probe.eq(i, &build, j) {
+                            want.push((i as u32, j as u32));
+                        }
+                    }
+                }
+                for (walk, budget) in [
+                    (Walk::Split, 1),
+                    (Walk::Split, 7),
+                    (Walk::WholeRows, 5),
+                    (Walk::FirstMatch, 3),
+                ] {
+                    let mut got = Vec::new();
+                    let mut cursor = ProbeCursor::row(0);
+                    let mut calls = 0;
+                    while cursor.row < probe_rows {
+                        let (mut p, mut b) = (Vec::new(), Vec::new());
+                        cursor = t.candidates(
+                            &probe,
+                            probe_rows,
+                            cursor,
+                            budget,
+                            walk,
+                            (&mut p, &mut b),
+                        );
+                        if walk == Walk::Split {
+                            assert!(
+                                p.len() <= budget,
+                                "{walk:?}: {} pairs over {budget}",
+                                p.len()
+                            );
+                        }
+                        got.extend(p.into_iter().zip(b));
+                        calls += 1;
+                        assert!(calls <= 10_000, "the walk makes no progress");
+                    }
+                    got.sort_unstable();
+                    let expected: Vec<(u32, u32)> = if walk == Walk::FirstMatch {
+                        // One pair per matching row, with an equal key.
+                        let mut rows: Vec<u32> = want.iter().map(|&(i, _)| i).collect();
+                        rows.dedup();
+                        assert_eq!(got.iter().map(|&(i, _)| i).collect::<Vec<_>>(), rows);
+                        assert!(got
+                            .iter()
+                            .all(|&(i, j)| probe.eq(i as usize, &build, j as usize)));
+                        got.clone()
+                    } else {
+                        want.clone()
+                    };
+                    assert_eq!(
+                        got, expected,
+                        "{walk:?} budget {budget}, {probe_rows} probe rows, strings {use_strings}"
+                    );
+                }
+            }
+        }
+    }
 }
