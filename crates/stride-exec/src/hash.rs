@@ -47,3 +47,20 @@ pub fn normalize_float_key(
         _ => Ok(column),
     }
 }
+
+/// Asks the CPU to bring the cache line of `p` into cache, without waiting
+/// for it: a lookup that follows a little later then finds it there. A
+/// hint only; any address is allowed (no other architecture prefetches).
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: `_mm_prefetch` needs SSE, which every x86-64 CPU has (it
+        // is part of the architecture's baseline), and a prefetch does not
+        // access memory architecturally: it never faults, whatever `p` is.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

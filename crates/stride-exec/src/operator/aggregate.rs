@@ -69,13 +69,16 @@ use hashbrown::HashTable;
 
 use super::{PerWorker, Sink};
 use crate::error::{ExecError, Result};
-use crate::hash::{hash_bytes, hash_u64, is_int_like, normalize_float_key};
+use crate::hash::{hash_bytes, is_int_like, normalize_float_key};
 use crate::memory::QueryMemory;
 use crate::plan::{AggregateSpec, ExprRef};
 use crate::seq::MorselSeq;
 use crate::source::{Morsel, Source};
 use crate::spill::{QuerySpill, SpillFile};
 use crate::step::{SplitStep, Steps};
+
+mod int_map;
+use int_map::{hash_key, IntMap};
 
 /// One aggregate's per-group state, in either of DataFusion's two forms.
 enum GroupState {
@@ -292,7 +295,7 @@ impl GroupKeys {
                 if Self::is_null(nulls, i) {
                     NULL_KEY_HASH
                 } else {
-                    hash_u64(values[i] as u64)
+                    hash_key(values[i])
                 }
             }
             GroupKeys::Rows(r) => hash_bytes(r.row(i).as_ref()),
@@ -486,11 +489,28 @@ fn grow_early(hashes: &mut Vec<u64>, keys: &mut GroupKeys) {
 /// A hash table from encoded group keys to dense group indices.
 #[derive(Debug)]
 struct GroupTable {
-    /// `maps[sub_table(h) % maps.len()]` holds the groups of hash `h`.
-    maps: Vec<HashTable<u32>>,
+    index: GroupIndex,
     keys: GroupKeys,
     hashes: Vec<u64>,
 }
+
+/// Where a group table finds a key's group: `maps[sub_table(h) %
+/// maps.len()]` holds the groups of hash `h`.
+#[derive(Debug)]
+enum GroupIndex {
+    /// Integer keys: open addressing with the key in the slot
+    /// ([`int_map`]); the NULL key's group apart.
+    Int {
+        maps: Vec<IntMap>,
+        null_group: Option<u32>,
+    },
+    /// Keys in Arrow's row format, compared in the table's `keys`.
+    Rows(Vec<HashTable<u32>>),
+}
+
+/// Rows of a batch whose slots an integer intern loads before it walks
+/// them (see [`int_map`]).
+const INTERN_GROUP: usize = 32;
 
 impl GroupTable {
     /// A table of `sub_tables` maps (a power of two, at most [`SUB_TABLES`]):
@@ -498,8 +518,19 @@ impl GroupTable {
     /// a merge partition's (~[`GROUPS_PER_PARTITION`] groups) takes one.
     fn new(codec: &KeyCodec, sub_tables: usize) -> Self {
         debug_assert!(sub_tables.is_power_of_two() && sub_tables <= SUB_TABLES);
+        let index = match codec {
+            KeyCodec::Int(_) => GroupIndex::Int {
+                maps: (0..sub_tables)
+                    .map(|s| IntMap::new((sub_tables > 1).then_some((s, sub_tables))))
+                    .collect(),
+                null_group: None,
+            },
+            KeyCodec::Rows(_) => {
+                GroupIndex::Rows((0..sub_tables).map(|_| HashTable::new()).collect())
+            }
+        };
         GroupTable {
-            maps: (0..sub_tables).map(|_| HashTable::new()).collect(),
+            index,
             keys: codec.empty(),
             hashes: Vec::new(),
         }
@@ -511,37 +542,109 @@ impl GroupTable {
 
     /// Memory the table holds: its maps, hashes and keys.
     fn bytes(&self) -> usize {
-        let maps: usize = self.maps.iter().map(|m| m.allocation_size()).sum();
+        let maps: usize = match &self.index {
+            GroupIndex::Int { maps, .. } => maps.iter().map(IntMap::allocation_size).sum(),
+            GroupIndex::Rows(maps) => maps.iter().map(|m| m.allocation_size()).sum(),
+        };
         maps + self.hashes.capacity() * 8 + self.keys.bytes()
     }
 
+    /// (entries, capacity) of each sub-table.
+    #[cfg(test)]
+    fn fill(&self) -> Vec<(usize, usize)> {
+        match &self.index {
+            GroupIndex::Int { maps, .. } => maps.iter().map(|m| (m.len(), m.capacity())).collect(),
+            GroupIndex::Rows(maps) => maps.iter().map(|m| (m.len(), m.capacity())).collect(),
+        }
+    }
+
     /// Group index of each key of `input` (`sel` picks keys; all when `None`).
-    fn intern(&mut self, input: &GroupKeys, sel: Option<&[u32]>, out: &mut Vec<usize>) {
-        let GroupTable { maps, keys, hashes } = self;
-        let sub_mask = maps.len() - 1;
+    fn intern(
+        &mut self,
+        input: &GroupKeys,
+        sel: Option<&[u32]>,
+        out: &mut Vec<usize>,
+    ) -> Result<()> {
         let n = sel.map_or(input.len(), |s| s.len());
         out.clear();
         out.reserve(n);
-        for k in 0..n {
-            let i = sel.map_or(k, |s| s[k] as usize);
-            let h = input.hash(i);
-            let map = &mut maps[sub_table(h) & sub_mask];
-            let g = match map.find(h, |&g| keys.eq(g as usize, input, i)) {
-                Some(&g) => g,
-                None => {
-                    let g = hashes.len() as u32;
-                    grow_early(hashes, keys);
-                    keys.push_from(input, i);
-                    hashes.push(h);
-                    if sub_mask > 0 {
-                        grow_staggered(map, sub_table(h) & sub_mask, hashes);
+        match (&mut self.index, input) {
+            (
+                GroupIndex::Int { maps, null_group },
+                GroupKeys::Int {
+                    values,
+                    nulls: input_nulls,
+                },
+            ) => {
+                let GroupTable { keys, hashes, .. } = self;
+                let sub_mask = maps.len() - 1;
+                let mut group_hashes = [0u64; INTERN_GROUP];
+                for start in (0..n).step_by(INTERN_GROUP) {
+                    let m = INTERN_GROUP.min(n - start);
+                    let row = |k: usize| sel.map_or(start + k, |s| s[start + k] as usize);
+                    // Pass 1: hash each row and load its first slot.
+                    for (k, h) in group_hashes[..m].iter_mut().enumerate() {
+                        let i = row(k);
+                        *h = if GroupKeys::is_null(input_nulls, i) {
+                            NULL_KEY_HASH
+                        } else {
+                            let h = hash_key(values[i]);
+                            maps[sub_table(h) & sub_mask].touch(h);
+                            h
+                        };
                     }
-                    map.insert_unique(h, g, |&g| hashes[g as usize]);
-                    g
+                    // Pass 2: find or enter each row's group.
+                    for (k, &h) in group_hashes[..m].iter().enumerate() {
+                        let i = row(k);
+                        let new = || {
+                            let g = hashes.len() as u32;
+                            grow_early(hashes, keys);
+                            keys.push_from(input, i);
+                            hashes.push(h);
+                            g
+                        };
+                        let g = if GroupKeys::is_null(input_nulls, i) {
+                            *null_group.get_or_insert_with(new)
+                        } else {
+                            maps[sub_table(h) & sub_mask].find_or_insert(h, values[i], new)
+                        };
+                        out.push(g as usize);
+                    }
                 }
-            };
-            out.push(g as usize);
+            }
+            (GroupIndex::Rows(maps), _) => {
+                let GroupTable { keys, hashes, .. } = self;
+                let sub_mask = maps.len() - 1;
+                for k in 0..n {
+                    let i = sel.map_or(k, |s| s[k] as usize);
+                    let h = input.hash(i);
+                    let map = &mut maps[sub_table(h) & sub_mask];
+                    let g = match map.find(h, |&g| keys.eq(g as usize, input, i)) {
+                        Some(&g) => g,
+                        None => {
+                            let g = hashes.len() as u32;
+                            grow_early(hashes, keys);
+                            keys.push_from(input, i);
+                            hashes.push(h);
+                            if sub_mask > 0 {
+                                grow_staggered(map, sub_table(h) & sub_mask, hashes);
+                            }
+                            map.insert_unique(h, g, |&g| hashes[g as usize]);
+                            g
+                        }
+                    };
+                    out.push(g as usize);
+                }
+            }
+            // The codec encodes every batch alike: integer keys meet an
+            // integer index, rows a rows index.
+            (GroupIndex::Int { .. }, GroupKeys::Rows(_)) => {
+                return Err(ExecError::Internal(
+                    "row-format keys interned into an integer group table".into(),
+                ))
+            }
         }
+        Ok(())
     }
 }
 
@@ -744,7 +847,7 @@ impl AggregateSink {
             .collect::<Result<_>>()?;
         let mut columns = codec.decode(&table.keys)?;
         let hashes = table.hashes;
-        drop(table.maps);
+        drop(table.index);
         let widths = states.iter().map(Vec::len).collect();
         columns.extend(states.into_iter().flatten());
         let schema = Arc::new(Schema::new(
@@ -1022,7 +1125,7 @@ impl Sink for AggregateSink {
                     let table = p
                         .table
                         .get_or_insert_with(|| GroupTable::new(codec, SUB_TABLES));
-                    table.intern(keys, None, &mut groups);
+                    table.intern(keys, None, &mut groups)?;
                     table.len()
                 }
                 _ => {
@@ -1172,7 +1275,7 @@ impl AggregateMergeSource {
             let batch = spilled.file.read(index)?;
             let keys = batch.num_columns() - spilled.widths.iter().sum::<usize>();
             if let (Some(t), Some(codec)) = (&mut table, &s.codec) {
-                t.intern(&codec.encode(&batch.columns()[..keys])?, None, &mut groups);
+                t.intern(&codec.encode(&batch.columns()[..keys])?, None, &mut groups)?;
                 total = t.len();
             }
             let mut column = keys;
@@ -1197,7 +1300,7 @@ impl AggregateMergeSource {
             }
             match (&mut table, &part.keys) {
                 (Some(t), Some(keys)) => {
-                    t.intern(keys, Some(&sel), &mut groups);
+                    t.intern(keys, Some(&sel), &mut groups)?;
                     total = t.len();
                 }
                 _ => groups = vec![0; sel.len()],
@@ -1302,14 +1405,16 @@ mod tests {
             let keys: ArrayRef = Arc::new(arrow::array::Int64Array::from_iter_values(
                 start..(start + batch).min(n),
             ));
-            let before: Vec<usize> = table.maps.iter().map(|m| m.capacity()).collect();
-            table.intern(&codec.encode(&[keys]).unwrap(), None, &mut groups);
+            let before = table.fill();
+            table
+                .intern(&codec.encode(&[keys]).unwrap(), None, &mut groups)
+                .unwrap();
             out.push(
                 table
-                    .maps
+                    .fill()
                     .iter()
                     .zip(&before)
-                    .filter(|(m, &b)| m.capacity() != b && b >= STAGGER_MIN_CAPACITY)
+                    .filter(|((_, cap), (_, b))| cap != b && *b >= STAGGER_MIN_CAPACITY)
                     .count(),
             );
         }
@@ -1331,7 +1436,9 @@ mod tests {
         // Every key kept its group: interning them again adds none.
         let keys: ArrayRef = Arc::new(arrow::array::Int64Array::from_iter_values(0..n));
         let mut groups = Vec::new();
-        table.intern(&codec.encode(&[keys]).unwrap(), None, &mut groups);
+        table
+            .intern(&codec.encode(&[keys]).unwrap(), None, &mut groups)
+            .unwrap();
         assert_eq!(table.len(), n as usize);
         assert!(groups.iter().enumerate().all(|(i, &g)| i == g));
     }
@@ -1611,7 +1718,9 @@ mod tests {
                 GroupKeys::Int { values, .. } => values.capacity(),
                 GroupKeys::Rows(_) => unreachable!("an integer key"),
             };
-            table.intern(&codec.encode(&[keys]).unwrap(), None, &mut groups);
+            table
+                .intern(&codec.encode(&[keys]).unwrap(), None, &mut groups)
+                .unwrap();
             let after = table.hashes.len();
             if table.hashes.capacity() != cap && cap >= EARLY_GROWTH_MIN {
                 grew += 1;
@@ -1647,13 +1756,8 @@ mod tests {
         let codec = KeyCodec::new(vec![DataType::Int64]).unwrap();
         let mut table = GroupTable::new(&codec, 1);
         growths_per_batch(&mut table, &codec, 100_000, 4096);
-        let map = &table.maps[0];
-        // Full growth keeps the fill above half (hashbrown's 7/8 of the buckets).
-        assert!(
-            map.len() * 2 > map.capacity(),
-            "{} of {}",
-            map.len(),
-            map.capacity()
-        );
+        let (len, capacity) = table.fill()[0];
+        // Full growth keeps the fill above half of the capacity.
+        assert!(len * 2 > capacity, "{len} of {capacity}");
     }
 }

@@ -11,7 +11,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use super::grace::GraceJoin;
 use super::keys::{hash_int, hash_int2, Keys};
 use crate::error::{ExecError, Result};
-use crate::hash::hash_bytes;
+use crate::hash::{hash_bytes, prefetch};
 use crate::operator::Sink;
 use crate::seq::MorselSeq;
 use crate::source::{Morsel, Source};
@@ -157,9 +157,9 @@ impl JoinHashTable {
     /// Links `rows` into their buckets' chains, each at the chain's front.
     /// Every row must be inserted exactly once (by whichever worker).
     ///
-    /// Rows go in groups: the group's buckets are read first with plain
-    /// loads, which overlap, so the swaps (locked instructions, which do
-    /// not overlap with other memory accesses) find their lines in cache.
+    /// Rows go in groups: the group's buckets are prefetched first, so the
+    /// swaps (locked instructions, which do not overlap with other memory
+    /// accesses) find their lines in cache.
     pub(super) fn insert(&self, rows: impl Iterator<Item = u32>) {
         let mut rows = rows
             .filter(|&row| !self.keys.is_null(row as usize))
@@ -169,7 +169,7 @@ impl JoinHashTable {
             let mut n = 0;
             for (slot, row) in group.iter_mut().zip(rows.by_ref()) {
                 let bucket = (self.keys.hash(row as usize) & self.mask) as usize;
-                std::hint::black_box(self.heads[bucket].load(Ordering::Relaxed));
+                prefetch(&self.heads[bucket]);
                 *slot = (row, bucket);
                 n += 1;
             }
@@ -228,6 +228,7 @@ impl JoinHashTable {
                 cursor,
                 |i| null(nulls, i),
                 |i| hash_int(a[i]),
+                |j| prefetch(&k[j]),
                 |i, j| a[i] == k[j],
             ),
             (Keys::Int2(a1, a2, nulls), Keys::Int2(k1, k2, _)) => chains.walk(
@@ -235,6 +236,10 @@ impl JoinHashTable {
                 cursor,
                 |i| null(nulls, i),
                 |i| hash_int2(a1[i], a2[i]),
+                |j| {
+                    prefetch(&k1[j]);
+                    prefetch(&k2[j]);
+                },
                 |i, j| a1[i] == k1[j] && a2[i] == k2[j],
             ),
             (Keys::Rows(r, nulls), Keys::Rows(k, _)) => chains.walk(
@@ -242,6 +247,7 @@ impl JoinHashTable {
                 cursor,
                 |i| null(nulls, i),
                 |i| hash_bytes(r.row(i).as_ref()),
+                |j| prefetch(k.row(j).as_ref().as_ptr()),
                 |i, j| r.row(i) == k.row(j),
             ),
             // Keys encoded apart never compare equal (both sides share one
@@ -267,10 +273,11 @@ pub enum Walk {
     FirstMatch,
 }
 
-/// Probe rows walked together. Their bucket heads, then their first
-/// candidates and chain links, are loaded in passes over the group, so the
-/// cache misses of one row overlap with the other rows' instead of
-/// following each other (one row at a time, each load waits on the last).
+/// Probe rows walked together. Their buckets, then their first
+/// candidates' keys and chain links, are prefetched in passes over the
+/// group before the pairs are made, so the cache misses of one row overlap
+/// with the other rows' instead of following each other (one row at a
+/// time, each load waits on the last).
 const GROUP: usize = 32;
 
 /// One walk of probe rows against a table, appending to `p` and `b`.
@@ -292,6 +299,7 @@ impl Chains<'_> {
         mut cursor: ProbeCursor,
         is_null: impl Fn(usize) -> bool,
         hash: impl Fn(usize) -> u64,
+        touch: impl Fn(usize),
         eq: impl Fn(usize, usize) -> bool,
     ) -> ProbeCursor {
         let t = self.table;
@@ -301,45 +309,41 @@ impl Chains<'_> {
                 return cursor;
             }
         }
+        let mut buckets = [0usize; GROUP];
         let mut heads = [0u32; GROUP];
-        let mut first = [false; GROUP];
-        let mut links = [0u32; GROUP];
         while cursor.row < rows {
             let start = cursor.row;
             let n = GROUP.min(rows - start);
-            // Pass 1: each row's bucket head (1 + build row, 0 = empty).
-            for (k, head) in heads[..n].iter_mut().enumerate() {
+            // Pass 1: each row's bucket, prefetched.
+            for (k, bucket) in buckets[..n].iter_mut().enumerate() {
                 let i = start + k;
-                *head = if is_null(i) {
-                    0
+                *bucket = if is_null(i) {
+                    usize::MAX
                 } else {
-                    t.heads[(hash(i) & t.mask) as usize].load(Ordering::Relaxed)
+                    let bucket = (hash(i) & t.mask) as usize;
+                    prefetch(&t.heads[bucket]);
+                    bucket
                 };
             }
-            // Pass 2: each row's first candidate and the link after it.
-            for k in 0..n {
-                if let Some(j) = heads[k].checked_sub(1) {
-                    first[k] = eq(start + k, j as usize);
-                    links[k] = t.next[j as usize].load(Ordering::Relaxed);
+            // Pass 2: each row's bucket head (1 + build row, 0 = empty);
+            // the first candidate's key and link, prefetched.
+            for (head, &bucket) in heads[..n].iter_mut().zip(&buckets[..n]) {
+                *head = match t.heads.get(bucket) {
+                    Some(head) => head.load(Ordering::Relaxed),
+                    None => 0,
+                };
+                if let Some(j) = head.checked_sub(1) {
+                    touch(j as usize);
+                    prefetch(&t.next[j as usize]);
                 }
             }
             // Pass 3: the pairs, in chain order, within the budget.
-            for k in 0..n {
+            for (k, &head) in heads[..n].iter().enumerate() {
                 let i = start + k;
                 if self.p.len() >= self.budget {
                     return ProbeCursor::row(i);
                 }
-                let Some(j) = heads[k].checked_sub(1) else {
-                    continue;
-                };
-                if first[k] {
-                    self.p.push(i as u32);
-                    self.b.push(j);
-                    if self.walk == Walk::FirstMatch {
-                        continue;
-                    }
-                }
-                let after = self.chain(i, links[k], &eq);
+                let after = self.chain(i, head, &eq);
                 if after.next.is_some() {
                     return after;
                 }
