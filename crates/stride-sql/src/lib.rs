@@ -49,6 +49,7 @@
 pub mod coerce;
 pub mod context;
 pub mod copy;
+pub mod decimal_arith;
 pub mod decimal_division;
 pub mod engine;
 pub mod error;

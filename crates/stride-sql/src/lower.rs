@@ -111,10 +111,17 @@ pub(crate) fn arrow_schema(schema: &DFSchema) -> SchemaRef {
 
 impl Lowerer {
     /// Compiles an expression, integer arithmetic checked (see
-    /// [`crate::integers`]).
+    /// [`crate::integers`]), decimal arithmetic checked per batch (see
+    /// [`crate::decimal_arith`]).
     pub(crate) fn expr(&self, e: &Expr, schema: &DFSchema) -> Result<ExprRef> {
         let physical = create_physical_expr(e, schema, &self.props, &self.planning)?;
-        crate::integers::checked_arithmetic(physical, schema.as_arrow())
+        Self::arithmetic(physical, schema.as_arrow())
+    }
+
+    /// Stride's arithmetic in a physical expression DataFusion made.
+    fn arithmetic(physical: ExprRef, schema: &arrow::datatypes::Schema) -> Result<ExprRef> {
+        let physical = crate::integers::checked_arithmetic(physical, schema)?;
+        crate::decimal_arith::fast_decimal_arithmetic(physical, schema)
     }
 
     pub fn lower(&self, plan: &LogicalPlan) -> Result<PhysicalPlan> {
@@ -314,10 +321,22 @@ impl Lowerer {
             if !lowered.order_bys.is_empty() {
                 return Err(unsupported("ORDER BY inside an aggregate function"));
             }
-            aggregates.push(AggregateSpec {
-                function: lowered.aggregate,
-                filter: lowered.filter,
-            });
+            // The arguments and the filter get Stride's arithmetic too.
+            let args = lowered
+                .aggregate
+                .expressions()
+                .into_iter()
+                .map(|e| Self::arithmetic(e, physical_input))
+                .collect::<Result<Vec<_>>>()?;
+            let function = match lowered.aggregate.with_new_expressions(args, Vec::new()) {
+                Some(f) => Arc::new(f),
+                None => lowered.aggregate,
+            };
+            let filter = lowered
+                .filter
+                .map(|f| Self::arithmetic(f, physical_input))
+                .transpose()?;
+            aggregates.push(AggregateSpec { function, filter });
         }
         Ok(aggregates)
     }
