@@ -45,8 +45,11 @@
 //! charge fails as before: only DISTINCT aggregates grow there). Writing a
 //! spill decodes the table's keys once, a copy that is not charged.
 //!
-//! Group keys are encoded as `i64` (one integer-like column) or with Arrow's
-//! row format; aggregate functions are
+//! Group keys are encoded as `i64` (one integer-like column, in the
+//! open-addressing maps of [`int_map`]), as one `u128` where the columns
+//! fit 15 bytes ([`packed`]; a worker's table moves to the row format when a
+//! batch holds a string too long for its slot, and at the merge every
+//! partial does once one has), or with Arrow's row format; aggregate functions are
 //! DataFusion's (`GroupsAccumulator` where the function has one, otherwise one
 //! `Accumulator` per group). Without GROUP BY there is one group and the result
 //! has exactly one row, also for empty input.
@@ -78,7 +81,9 @@ use crate::spill::{QuerySpill, SpillFile};
 use crate::step::{SplitStep, Steps};
 
 mod int_map;
+mod packed;
 use int_map::{hash_key, IntMap};
+use packed::{hash_packed, PackedLayout};
 
 /// One aggregate's per-group state, in either of DataFusion's two forms.
 enum GroupState {
@@ -248,6 +253,12 @@ impl GroupState {
 #[derive(Debug)]
 enum KeyCodec {
     Int(DataType),
+    /// Keys that fit 15 bytes ([`packed`]); a batch that does not fit goes
+    /// to the row format of `rows`.
+    Packed {
+        layout: PackedLayout,
+        rows: RowConverter,
+    },
     Rows(RowConverter),
 }
 
@@ -259,6 +270,8 @@ enum GroupKeys {
         values: Vec<i64>,
         nulls: Option<Vec<bool>>,
     },
+    /// Keys packed into one word each ([`packed`]).
+    Packed(Vec<u128>),
     Rows(Rows),
 }
 
@@ -272,6 +285,7 @@ impl GroupKeys {
             GroupKeys::Int { values, nulls } => {
                 values.capacity() * 8 + nulls.as_ref().map_or(0, |n| n.capacity())
             }
+            GroupKeys::Packed(v) => v.capacity() * 16,
             GroupKeys::Rows(r) => r.size(),
         }
     }
@@ -279,6 +293,7 @@ impl GroupKeys {
     fn len(&self) -> usize {
         match self {
             GroupKeys::Int { values, .. } => values.len(),
+            GroupKeys::Packed(v) => v.len(),
             GroupKeys::Rows(r) => r.num_rows(),
         }
     }
@@ -298,6 +313,7 @@ impl GroupKeys {
                     hash_key(values[i])
                 }
             }
+            GroupKeys::Packed(v) => hash_packed(v[i]),
             GroupKeys::Rows(r) => hash_bytes(r.row(i).as_ref()),
         }
     }
@@ -319,20 +335,31 @@ impl GroupKeys {
                 let (x, y) = (Self::is_null(na, i), Self::is_null(nb, j));
                 x == y && (x || a[i] == b[j])
             }
+            (GroupKeys::Packed(a), GroupKeys::Packed(b)) => a[i] == b[j],
             (GroupKeys::Rows(a), GroupKeys::Rows(b)) => a.row(i) == b.row(j),
             _ => false,
         }
     }
 
-    /// Makes room for `more` keys (integer keys only: Arrow's rows grow
-    /// as they do).
+    /// Makes room for `more` keys (integer and packed keys only: Arrow's
+    /// rows grow as they do).
     fn reserve_exact(&mut self, more: usize) {
-        if let GroupKeys::Int { values, nulls } = self {
-            values.reserve_exact(more);
-            if let Some(n) = nulls {
-                n.reserve_exact(more);
+        match self {
+            GroupKeys::Int { values, nulls } => {
+                values.reserve_exact(more);
+                if let Some(n) = nulls {
+                    n.reserve_exact(more);
+                }
             }
+            GroupKeys::Packed(v) => v.reserve_exact(more),
+            GroupKeys::Rows(_) => {}
         }
+    }
+
+    /// Whether keys of `self` and `other` are encoded alike (and so can be
+    /// compared and copied between them).
+    fn same_encoding(&self, other: &GroupKeys) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
     }
 
     /// Appends key `i` of `other`.
@@ -354,8 +381,10 @@ impl GroupKeys {
                 }
                 values.push(src[i]);
             }
+            (GroupKeys::Packed(v), GroupKeys::Packed(src)) => v.push(src[i]),
             (GroupKeys::Rows(rows), GroupKeys::Rows(src)) => rows.push(src.row(i)),
-            _ => {}
+            // `GroupTable::intern` checks the encodings first.
+            _ => debug_assert!(false, "group keys of two encodings"),
         }
     }
 }
@@ -365,9 +394,34 @@ impl KeyCodec {
         if types.len() == 1 && is_int_like(&types[0]) {
             return Ok(KeyCodec::Int(types[0].clone()));
         }
-        Ok(KeyCodec::Rows(RowConverter::new(
-            types.into_iter().map(SortField::new).collect(),
-        )?))
+        let layout = PackedLayout::new(&types);
+        let rows = RowConverter::new(types.into_iter().map(SortField::new).collect())?;
+        Ok(match layout {
+            Some(layout) => KeyCodec::Packed { layout, rows },
+            None => KeyCodec::Rows(rows),
+        })
+    }
+
+    /// The row converter of keys that go to Arrow's row format.
+    fn rows(&self) -> Option<&RowConverter> {
+        match self {
+            KeyCodec::Int(_) => None,
+            KeyCodec::Packed { rows, .. } | KeyCodec::Rows(rows) => Some(rows),
+        }
+    }
+
+    /// `keys` in Arrow's row format (packed keys unpacked and encoded;
+    /// row keys as they are).
+    fn to_rows(&self, keys: GroupKeys) -> Result<GroupKeys> {
+        match (self, keys) {
+            (KeyCodec::Packed { layout, rows }, GroupKeys::Packed(v)) => {
+                Ok(GroupKeys::Rows(rows.convert_columns(&layout.unpack(&v)?)?))
+            }
+            (_, rows @ GroupKeys::Rows(_)) => Ok(rows),
+            _ => Err(ExecError::Internal(
+                "group keys of the wrong encoding".into(),
+            )),
+        }
     }
 
     fn empty(&self) -> GroupKeys {
@@ -376,6 +430,7 @@ impl KeyCodec {
                 values: Vec::new(),
                 nulls: None,
             },
+            KeyCodec::Packed { .. } => GroupKeys::Packed(Vec::new()),
             KeyCodec::Rows(conv) => GroupKeys::Rows(conv.empty_rows(0, 0)),
         }
     }
@@ -393,6 +448,10 @@ impl KeyCodec {
                     nulls,
                 })
             }
+            KeyCodec::Packed { layout, rows } => match layout.pack(columns)? {
+                Some(keys) => Ok(GroupKeys::Packed(keys)),
+                None => Ok(GroupKeys::Rows(rows.convert_columns(columns)?)),
+            },
             KeyCodec::Rows(conv) => {
                 let columns = columns
                     .iter()
@@ -414,7 +473,10 @@ impl KeyCodec {
                 ));
                 Ok(vec![arrow::compute::cast(&array, t)?])
             }
-            (KeyCodec::Rows(conv), GroupKeys::Rows(rows)) => Ok(conv.convert_rows(rows.iter())?),
+            (KeyCodec::Packed { layout, .. }, GroupKeys::Packed(keys)) => layout.unpack(keys),
+            (KeyCodec::Packed { rows: conv, .. } | KeyCodec::Rows(conv), GroupKeys::Rows(rows)) => {
+                Ok(conv.convert_rows(rows.iter())?)
+            }
             _ => Err(ExecError::Internal(
                 "group keys of the wrong encoding".into(),
             )),
@@ -504,8 +566,9 @@ enum GroupIndex {
         maps: Vec<IntMap>,
         null_group: Option<u32>,
     },
-    /// Keys in Arrow's row format, compared in the table's `keys`.
-    Rows(Vec<HashTable<u32>>),
+    /// Packed keys or keys in Arrow's row format, compared in the
+    /// table's `keys`.
+    Hashed(Vec<HashTable<u32>>),
 }
 
 /// Rows of a batch whose slots an integer intern loads before it walks
@@ -525,8 +588,8 @@ impl GroupTable {
                     .collect(),
                 null_group: None,
             },
-            KeyCodec::Rows(_) => {
-                GroupIndex::Rows((0..sub_tables).map(|_| HashTable::new()).collect())
+            KeyCodec::Packed { .. } | KeyCodec::Rows(_) => {
+                GroupIndex::Hashed((0..sub_tables).map(|_| HashTable::new()).collect())
             }
         };
         GroupTable {
@@ -544,7 +607,7 @@ impl GroupTable {
     fn bytes(&self) -> usize {
         let maps: usize = match &self.index {
             GroupIndex::Int { maps, .. } => maps.iter().map(IntMap::allocation_size).sum(),
-            GroupIndex::Rows(maps) => maps.iter().map(|m| m.allocation_size()).sum(),
+            GroupIndex::Hashed(maps) => maps.iter().map(|m| m.allocation_size()).sum(),
         };
         maps + self.hashes.capacity() * 8 + self.keys.bytes()
     }
@@ -554,8 +617,63 @@ impl GroupTable {
     fn fill(&self) -> Vec<(usize, usize)> {
         match &self.index {
             GroupIndex::Int { maps, .. } => maps.iter().map(|m| (m.len(), m.capacity())).collect(),
-            GroupIndex::Rows(maps) => maps.iter().map(|m| (m.len(), m.capacity())).collect(),
+            GroupIndex::Hashed(maps) => maps.iter().map(|m| (m.len(), m.capacity())).collect(),
         }
+    }
+
+    /// Moves a table of packed keys to Arrow's row format: the same groups
+    /// in the same order, hashed anew. Tables in the row format already
+    /// (and integer tables) stay as they are.
+    fn move_to_rows(&mut self, codec: &KeyCodec) -> Result<()> {
+        if !matches!(self.keys, GroupKeys::Packed(_)) {
+            return Ok(());
+        }
+        let GroupIndex::Hashed(maps) = &self.index else {
+            return Err(ExecError::Internal(
+                "packed keys in an integer table".into(),
+            ));
+        };
+        let keys = std::mem::replace(&mut self.keys, GroupKeys::Packed(Vec::new()));
+        let rows = codec.to_rows(keys)?;
+        let rows_codec = codec
+            .rows()
+            .ok_or_else(|| ExecError::Internal("no row format for these keys".into()))?;
+        let mut table = GroupTable {
+            index: GroupIndex::Hashed((0..maps.len()).map(|_| HashTable::new()).collect()),
+            keys: GroupKeys::Rows(rows_codec.empty_rows(0, 0)),
+            hashes: Vec::new(),
+        };
+        let mut groups = Vec::new();
+        table.intern(&rows, None, &mut groups)?;
+        if groups.iter().enumerate().any(|(i, &g)| i != g) {
+            return Err(ExecError::Internal(
+                "group keys changed groups in the row format".into(),
+            ));
+        }
+        *self = table;
+        Ok(())
+    }
+
+    /// Interns `input` after making its encoding and the table's agree:
+    /// a table of packed keys meeting keys in the row format moves to the
+    /// row format, and packed keys meeting a table in the row format are
+    /// encoded as rows.
+    fn intern_any(
+        &mut self,
+        codec: &KeyCodec,
+        input: GroupKeys,
+        sel: Option<&[u32]>,
+        out: &mut Vec<usize>,
+    ) -> Result<()> {
+        let input = match (&self.keys, input) {
+            (GroupKeys::Packed(_), rows @ GroupKeys::Rows(_)) => {
+                self.move_to_rows(codec)?;
+                rows
+            }
+            (GroupKeys::Rows(_), packed @ GroupKeys::Packed(_)) => codec.to_rows(packed)?,
+            (_, same) => same,
+        };
+        self.intern(&input, sel, out)
     }
 
     /// Group index of each key of `input` (`sel` picks keys; all when `None`).
@@ -565,6 +683,11 @@ impl GroupTable {
         sel: Option<&[u32]>,
         out: &mut Vec<usize>,
     ) -> Result<()> {
+        if !self.keys.same_encoding(input) {
+            return Err(ExecError::Internal(
+                "group keys of two encodings in one table".into(),
+            ));
+        }
         let n = sel.map_or(input.len(), |s| s.len());
         out.clear();
         out.reserve(n);
@@ -612,7 +735,7 @@ impl GroupTable {
                     }
                 }
             }
-            (GroupIndex::Rows(maps), _) => {
+            (GroupIndex::Hashed(maps), _) => {
                 let GroupTable { keys, hashes, .. } = self;
                 let sub_mask = maps.len() - 1;
                 for k in 0..n {
@@ -638,9 +761,9 @@ impl GroupTable {
             }
             // The codec encodes every batch alike: integer keys meet an
             // integer index, rows a rows index.
-            (GroupIndex::Int { .. }, GroupKeys::Rows(_)) => {
+            (GroupIndex::Int { .. }, _) => {
                 return Err(ExecError::Internal(
-                    "row-format keys interned into an integer group table".into(),
+                    "non-integer keys interned into an integer group table".into(),
                 ))
             }
         }
@@ -832,9 +955,13 @@ impl AggregateSink {
     /// it to an empty table; its charge goes back.
     fn spill_partial(&self, spill: &Arc<QuerySpill>, p: &mut Partial) -> Result<()> {
         let s = &self.shared;
-        let (Some(table), Some(codec)) = (p.table.take(), &s.codec) else {
+        let (Some(mut table), Some(codec)) = (p.table.take(), &s.codec) else {
             return Ok(());
         };
+        // Spilled partials are split by the hashes of the row format, so
+        // that one key lands in one partition whichever encoding each
+        // worker's table had.
+        table.move_to_rows(codec)?;
         let states = p
             .states
             .iter_mut()
@@ -1120,12 +1247,12 @@ impl Sink for AggregateSink {
                     .collect::<Result<_>>()?;
             }
             let mut groups = Vec::new();
-            let total = match (&keys, &s.codec) {
+            let total = match (keys, &s.codec) {
                 (Some(keys), Some(codec)) => {
                     let table = p
                         .table
                         .get_or_insert_with(|| GroupTable::new(codec, SUB_TABLES));
-                    table.intern(keys, None, &mut groups)?;
+                    table.intern_any(codec, keys, None, &mut groups)?;
                     table.len()
                 }
                 _ => {
@@ -1181,6 +1308,20 @@ impl Sink for AggregateSink {
             }
             std::mem::take(&mut *spilled)
         };
+        // The merge partitions groups by their partials' hashes, so all
+        // partials must encode keys alike: where one worker's table went
+        // to the row format (a string longer than its packed slot), the
+        // others' go too.
+        if let Some(codec) = &s.codec {
+            let tables = || partials.iter().filter_map(|p| p.table.as_ref());
+            if tables().any(|t| matches!(t.keys, GroupKeys::Rows(_)))
+                && tables().any(|t| matches!(t.keys, GroupKeys::Packed(_)))
+            {
+                for table in partials.iter_mut().filter_map(|p| p.table.as_mut()) {
+                    table.move_to_rows(codec)?;
+                }
+            }
+        }
         let partitions = if !spilled.is_empty() {
             s.spill_partitions
         } else if s.codec.is_some() {
@@ -1275,7 +1416,12 @@ impl AggregateMergeSource {
             let batch = spilled.file.read(index)?;
             let keys = batch.num_columns() - spilled.widths.iter().sum::<usize>();
             if let (Some(t), Some(codec)) = (&mut table, &s.codec) {
-                t.intern(&codec.encode(&batch.columns()[..keys])?, None, &mut groups)?;
+                t.intern_any(
+                    codec,
+                    codec.encode(&batch.columns()[..keys])?,
+                    None,
+                    &mut groups,
+                )?;
                 total = t.len();
             }
             let mut column = keys;
@@ -1300,6 +1446,10 @@ impl AggregateMergeSource {
             }
             match (&mut table, &part.keys) {
                 (Some(t), Some(keys)) => {
+                    if let (GroupKeys::Rows(_), Some(codec)) = (keys, &s.codec) {
+                        // The partials went to the row format (see `finish`).
+                        t.move_to_rows(codec)?;
+                    }
                     t.intern(keys, Some(&sel), &mut groups)?;
                     total = t.len();
                 }
@@ -1419,6 +1569,45 @@ mod tests {
             );
         }
         out
+    }
+
+    /// A table of packed keys that meets a string longer than its slot
+    /// moves to the row format with every group where it was; packed keys
+    /// that come after find those groups.
+    #[test]
+    fn packed_keys_move_to_rows_and_keep_their_groups() {
+        use arrow::array::StringArray;
+        let codec = KeyCodec::new(vec![DataType::Utf8, DataType::Utf8]).unwrap();
+        assert!(matches!(codec, KeyCodec::Packed { .. }));
+        let batch = |a: &[&str], b: &[Option<&str>]| -> Vec<ArrayRef> {
+            vec![
+                Arc::new(StringArray::from(a.to_vec())),
+                Arc::new(StringArray::from(b.to_vec())),
+            ]
+        };
+        let mut table = GroupTable::new(&codec, SUB_TABLES);
+        let mut groups = Vec::new();
+        let short = codec
+            .encode(&batch(&["A", "N", "A"], &[Some("F"), None, Some("F")]))
+            .unwrap();
+        assert!(matches!(short, GroupKeys::Packed(_)));
+        table.intern_any(&codec, short, None, &mut groups).unwrap();
+        assert_eq!(groups, vec![0, 1, 0]);
+        let long = codec
+            .encode(&batch(&["a longer key", "N"], &[Some("F"), None]))
+            .unwrap();
+        assert!(matches!(long, GroupKeys::Rows(_)));
+        table.intern_any(&codec, long, None, &mut groups).unwrap();
+        assert_eq!(groups, vec![2, 1]);
+        assert!(matches!(table.keys, GroupKeys::Rows(_)));
+        let again = codec.encode(&batch(&["A"], &[Some("F")])).unwrap();
+        table.intern_any(&codec, again, None, &mut groups).unwrap();
+        assert_eq!(groups, vec![0]);
+        let keys = codec.decode(&table.keys).unwrap();
+        assert_eq!(
+            keys,
+            batch(&["A", "N", "a longer key"], &[Some("F"), None, Some("F")])
+        );
     }
 
     #[test]
@@ -1716,7 +1905,7 @@ mod tests {
             let (len, cap) = (table.hashes.len(), table.hashes.capacity());
             let key_cap = match &table.keys {
                 GroupKeys::Int { values, .. } => values.capacity(),
-                GroupKeys::Rows(_) => unreachable!("an integer key"),
+                _ => unreachable!("an integer key"),
             };
             table
                 .intern(&codec.encode(&[keys]).unwrap(), None, &mut groups)
@@ -1737,7 +1926,7 @@ mod tests {
                     GroupKeys::Int { values, .. } => {
                         assert_eq!(values.capacity(), 2 * key_cap.max(cap))
                     }
-                    GroupKeys::Rows(_) => unreachable!("an integer key"),
+                    _ => unreachable!("an integer key"),
                 }
             }
         }

@@ -61,7 +61,12 @@
 //! where the join type allows (inner joins and build-side modes); a join
 //! that decides per probe row (probe-side outer, semi, anti) cuts between
 //! rows only, and a chunk that one row makes larger than `CHUNK_PAIRS` is
-//! charged to the query's memory while it lives. The build side — its
+//! charged to the query's memory while it lives. Semi, anti and mark joins
+//! without a filter or build-side state stop at a row's first match
+//! (`Walk::FirstMatch`). Probe rows are walked in groups of 32: the
+//! group's buckets are prefetched, then its heads loaded and the first
+//! candidates' keys and links prefetched, then the chains walked, so that
+//! the cache misses of a group overlap. The build side — its
 //! batches, the concatenated rows, encoded keys and buckets — is charged
 //! as it is collected and built (see [`crate::memory`]).
 
