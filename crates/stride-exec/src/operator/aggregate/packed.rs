@@ -158,6 +158,23 @@ impl PackedLayout {
             let valid = |k: &u128| k & null_bit == 0;
             match self.slots[c] {
                 Slot::Int { width, .. } => {
+                    // A decimal of precision <= 18 fits 64 bits, unless a
+                    // value breaks its precision (Arrow does not check
+                    // results against it): such a batch does not pack.
+                    if let Some(d) = column.as_primitive_opt::<Decimal128Type>() {
+                        let fits = |v: &i128| i64::try_from(*v).is_ok();
+                        let all_fit = match d.nulls() {
+                            None => d.values().iter().all(fits),
+                            Some(n) => d
+                                .values()
+                                .iter()
+                                .zip(n.iter())
+                                .all(|(v, ok)| !ok || fits(v)),
+                        };
+                        if !all_fit {
+                            return Ok(None);
+                        }
+                    }
                     let mask = if width == 16 {
                         u128::MAX
                     } else {
@@ -403,6 +420,29 @@ mod tests {
         assert_eq!(distinct.len(), 4);
         let back = layout.unpack(&keys).unwrap();
         assert_eq!(back, columns);
+    }
+
+    #[test]
+    fn a_decimal_beyond_64_bits_does_not_pack() {
+        let layout = PackedLayout::new(&[DataType::Decimal128(18, 2), DataType::Int8]).unwrap();
+        let small: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![Some(-123), None, Some(i64::MAX as i128)])
+                .with_precision_and_scale(18, 2)
+                .unwrap(),
+        );
+        let ints: ArrayRef = Arc::new(Int8Array::from(vec![1, 2, 3]));
+        let keys = layout
+            .pack(&[small.clone(), ints.clone()])
+            .unwrap()
+            .unwrap();
+        assert_eq!(layout.unpack(&keys).unwrap(), vec![small, ints.clone()]);
+        // A value past the declared precision and past 64 bits.
+        let wide: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![Some(1), Some(i64::MAX as i128 + 1), None])
+                .with_precision_and_scale(18, 2)
+                .unwrap(),
+        );
+        assert!(layout.pack(&[wide, ints]).unwrap().is_none());
     }
 
     #[test]
