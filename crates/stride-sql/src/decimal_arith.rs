@@ -43,6 +43,16 @@ enum Op {
     Mul,
 }
 
+impl Op {
+    fn symbol(self) -> &'static str {
+        match self {
+            Op::Add => "+",
+            Op::Sub => "-",
+            Op::Mul => "*",
+        }
+    }
+}
+
 /// `left op right` over `Decimal128` operands; see the module doc.
 #[derive(Debug, Eq)]
 pub struct DecimalArith {
@@ -195,12 +205,7 @@ impl DecimalArith {
 
 impl fmt::Display for DecimalArith {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let op = match self.op {
-            Op::Add => "+",
-            Op::Sub => "-",
-            Op::Mul => "*",
-        };
-        write!(f, "{} {op} {}", self.left, self.right)
+        write!(f, "{} {} {}", self.left, self.op.symbol(), self.right)
     }
 }
 
@@ -290,11 +295,7 @@ impl PhysicalExpr for DecimalArith {
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.left.fmt_sql(f)?;
-        f.write_str(match self.op {
-            Op::Add => " + ",
-            Op::Sub => " - ",
-            Op::Mul => " * ",
-        })?;
+        write!(f, " {} ", self.op.symbol())?;
         self.right.fmt_sql(f)
     }
 }

@@ -519,10 +519,17 @@ const STAGGER_MIN_CAPACITY: usize = 1024;
 #[inline]
 fn grow_staggered(map: &mut HashTable<u32>, s: usize, hashes: &[u64]) {
     let cap = map.capacity();
-    if cap >= STAGGER_MIN_CAPACITY && map.len() * 2 * SUB_TABLES >= cap * (SUB_TABLES + s + 1) {
+    if cap >= STAGGER_MIN_CAPACITY && map.len() >= stagger_fill(cap, s, SUB_TABLES) {
         // Room for one more than the capacity: hashbrown doubles the buckets.
         map.reserve(cap - map.len() + 1, |&g| hashes[g as usize]);
     }
+}
+
+/// Entries at which sub-table `s` of `of`, of capacity `cap`, grows:
+/// `(of + s + 1) / (2 · of)` of its capacity ([`grow_staggered`]).
+#[inline]
+fn stagger_fill(cap: usize, s: usize, of: usize) -> usize {
+    cap * (of + s + 1) / (2 * of)
 }
 
 /// A group table's own arrays of fewer slots than this grow when full,

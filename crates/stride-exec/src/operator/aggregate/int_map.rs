@@ -125,7 +125,7 @@ impl IntMap {
         }
         let cap = self.capacity();
         self.grow_at = match self.stagger {
-            Some((s, of)) if cap >= super::STAGGER_MIN_CAPACITY => cap * (of + s + 1) / (2 * of),
+            Some((s, of)) if cap >= super::STAGGER_MIN_CAPACITY => super::stagger_fill(cap, s, of),
             _ => cap,
         };
     }

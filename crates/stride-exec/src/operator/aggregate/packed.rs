@@ -146,18 +146,20 @@ impl PackedLayout {
         let rows = columns.first().map_or(0, |c| c.len());
         let mut keys = vec![0u128; rows];
         for (c, column) in columns.iter().enumerate() {
-            let shift = 8 * self.offsets[c] as u32;
-            let null_bit = 1u128 << (120 + c);
+            let at = SlotAt {
+                shift: 8 * self.offsets[c] as u32,
+                width: self.slots[c].width(),
+                null_bit: 1u128 << (120 + c),
+            };
             if let Some(nulls) = column.logical_nulls() {
                 for (key, valid) in keys.iter_mut().zip(nulls.iter()) {
                     if !valid {
-                        *key |= null_bit;
+                        *key |= at.null_bit;
                     }
                 }
             }
-            let valid = |k: &u128| k & null_bit == 0;
             match self.slots[c] {
-                Slot::Int { width, .. } => {
+                Slot::Int { .. } => {
                     // A decimal of precision <= 18 fits 64 bits, unless a
                     // value breaks its precision (Arrow does not check
                     // results against it): such a batch does not pack.
@@ -175,56 +177,15 @@ impl PackedLayout {
                             return Ok(None);
                         }
                     }
-                    let mask = if width == 16 {
-                        u128::MAX
-                    } else {
-                        (1u128 << (8 * width)) - 1
-                    };
-                    let put = |keys: &mut [u128], values: &mut dyn Iterator<Item = i64>| {
-                        for (key, v) in keys.iter_mut().zip(values) {
-                            if valid(key) {
-                                *key |= ((v as u128) & mask) << shift;
-                            }
-                        }
-                    };
-                    put(&mut keys, &mut int_values(column)?);
+                    at.pack_ints(&mut keys, column)?;
                 }
-                Slot::Str { width } => {
-                    let fits = |keys: &mut [u128], s: &mut dyn Iterator<Item = Option<&[u8]>>| {
-                        for (key, bytes) in keys.iter_mut().zip(s) {
-                            let Some(bytes) = bytes.filter(|_| valid(key)) else {
-                                continue;
-                            };
-                            if bytes.len() >= width {
-                                return false;
-                            }
-                            let mut slot = bytes.len() as u128;
-                            for (b, &byte) in bytes.iter().enumerate() {
-                                slot |= (byte as u128) << (8 * (b + 1));
-                            }
-                            *key |= slot << shift;
-                        }
-                        true
-                    };
+                Slot::Str { .. } => {
                     let packed = match column.data_type() {
-                        DataType::Utf8 => fits(
-                            &mut keys,
-                            &mut column
-                                .as_string::<i32>()
-                                .iter()
-                                .map(|s| s.map(str::as_bytes)),
-                        ),
-                        DataType::LargeUtf8 => fits(
-                            &mut keys,
-                            &mut column
-                                .as_string::<i64>()
-                                .iter()
-                                .map(|s| s.map(str::as_bytes)),
-                        ),
-                        DataType::Utf8View => fits(
-                            &mut keys,
-                            &mut column.as_string_view().iter().map(|s| s.map(str::as_bytes)),
-                        ),
+                        DataType::Utf8 => at.strings(&mut keys, column.as_string::<i32>().iter()),
+                        DataType::LargeUtf8 => {
+                            at.strings(&mut keys, column.as_string::<i64>().iter())
+                        }
+                        DataType::Utf8View => at.strings(&mut keys, column.as_string_view().iter()),
                         other => {
                             return Err(ExecError::Internal(format!(
                                 "packed string key of type {other}"
@@ -311,37 +272,86 @@ impl PackedLayout {
     }
 }
 
-/// An integer-like column's values as `i64` (decimals: their unscaled
-/// value, which fits for precision <= 18); values under NULLs are arbitrary.
-fn int_values(column: &ArrayRef) -> Result<Box<dyn Iterator<Item = i64> + '_>> {
-    macro_rules! widen {
-        ($t:ty) => {
-            Box::new(
-                column
-                    .as_primitive::<$t>()
-                    .values()
-                    .iter()
-                    .map(|&v| v as i64),
-            )
-        };
-    }
-    Ok(match column.data_type() {
-        DataType::Int8 => widen!(Int8Type),
-        DataType::Int16 => widen!(Int16Type),
-        DataType::Int32 => widen!(Int32Type),
-        DataType::Int64 => widen!(Int64Type),
-        DataType::UInt8 => widen!(UInt8Type),
-        DataType::UInt16 => widen!(UInt16Type),
-        DataType::UInt32 => widen!(UInt32Type),
-        DataType::Date32 => widen!(Date32Type),
-        DataType::Date64 => widen!(Date64Type),
-        DataType::Decimal128(..) => widen!(Decimal128Type),
-        other => {
-            return Err(ExecError::Internal(format!(
-                "packed integer key of type {other}"
-            )))
+/// Where one column goes in a packed key.
+struct SlotAt {
+    /// Bit offset of the slot.
+    shift: u32,
+    /// Bytes of the slot.
+    width: usize,
+    /// The column's NULL bit (its rows with it set stay zero).
+    null_bit: u128,
+}
+
+impl SlotAt {
+    /// Packs each non-NULL value's low `width` bytes.
+    #[inline]
+    fn ints(&self, keys: &mut [u128], values: impl Iterator<Item = i64>) {
+        let mask = (1u128 << (8 * self.width)) - 1;
+        for (key, v) in keys.iter_mut().zip(values) {
+            if *key & self.null_bit == 0 {
+                *key |= ((v as u128) & mask) << self.shift;
+            }
         }
-    })
+    }
+
+    /// Packs each non-NULL string as a length byte and its bytes; false
+    /// when one is longer than the slot holds.
+    #[inline]
+    fn strings<'a>(
+        &self,
+        keys: &mut [u128],
+        strings: impl Iterator<Item = Option<&'a str>>,
+    ) -> bool {
+        for (key, s) in keys.iter_mut().zip(strings) {
+            let Some(bytes) = s.map(str::as_bytes).filter(|_| *key & self.null_bit == 0) else {
+                continue;
+            };
+            if bytes.len() >= self.width {
+                return false;
+            }
+            let mut slot = bytes.len() as u128;
+            for (b, &byte) in bytes.iter().enumerate() {
+                slot |= (byte as u128) << (8 * (b + 1));
+            }
+            *key |= slot << self.shift;
+        }
+        true
+    }
+
+    /// Packs an integer-like column (decimals: their unscaled value, which
+    /// fits for precision <= 18).
+    fn pack_ints(&self, keys: &mut [u128], column: &ArrayRef) -> Result<()> {
+        macro_rules! widen {
+            ($t:ty) => {
+                self.ints(
+                    keys,
+                    column
+                        .as_primitive::<$t>()
+                        .values()
+                        .iter()
+                        .map(|&v| v as i64),
+                )
+            };
+        }
+        match column.data_type() {
+            DataType::Int8 => widen!(Int8Type),
+            DataType::Int16 => widen!(Int16Type),
+            DataType::Int32 => widen!(Int32Type),
+            DataType::Int64 => widen!(Int64Type),
+            DataType::UInt8 => widen!(UInt8Type),
+            DataType::UInt16 => widen!(UInt16Type),
+            DataType::UInt32 => widen!(UInt32Type),
+            DataType::Date32 => widen!(Date32Type),
+            DataType::Date64 => widen!(Date64Type),
+            DataType::Decimal128(..) => widen!(Decimal128Type),
+            other => {
+                return Err(ExecError::Internal(format!(
+                    "packed integer key of type {other}"
+                )))
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
