@@ -14,21 +14,27 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
-fn server() -> SocketAddr {
-    static SERVER: OnceLock<SocketAddr> = OnceLock::new();
-    *SERVER.get_or_init(|| {
-        let engine = common::test_engine(2);
-        let config = stride_server::ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Default::default()
-        };
-        common::client::serve(engine, config, 2)
-    })
+fn new_server() -> SocketAddr {
+    let engine = common::test_engine(2);
+    let config = stride_server::ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    };
+    common::client::serve(engine, config, 2)
 }
 
-/// Runs a driver's program against the test server; its standard output.
+fn server() -> SocketAddr {
+    static SERVER: OnceLock<SocketAddr> = OnceLock::new();
+    *SERVER.get_or_init(new_server)
+}
+
+/// Runs a driver's program against the shared test server; its standard output.
 fn run(program: &str, args: &[&str], what: &str) -> String {
-    let addr = server();
+    run_on(server(), program, args, what)
+}
+
+/// Runs a driver's program against the server at `addr`.
+fn run_on(addr: SocketAddr, program: &str, args: &[&str], what: &str) -> String {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .arg(addr.ip().to_string())
@@ -71,7 +77,10 @@ fn psycopg_prepared_statements_see_every_write_and_ddl() {
 
 #[test]
 fn psycopg_cached_plans_take_each_executions_values_and_see_writes() {
-    let out = run(
+    // A server of its own: the plan cache's counts are engine-wide, and the
+    // other tests' statements, run at the same time, could evict the shape.
+    let out = run_on(
+        new_server(),
         "python3",
         &[&program("psycopg_plan_cache.py")],
         "psycopg (plan cache)",
