@@ -251,6 +251,14 @@ fn sqllogictest_files() {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
         .collect();
+    // `STRIDE_SLT=name` runs only the files whose name contains `name`
+    // (while working on one); unset, every file runs.
+    if let Ok(only) = std::env::var("STRIDE_SLT") {
+        files.retain(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(&only))
+        });
+    }
     files.sort();
     assert!(!files.is_empty(), "no .slt files in {}", dir.display());
     // Tiny fixed morsels on 1 and 2 workers, and adaptive morsels (seed 001

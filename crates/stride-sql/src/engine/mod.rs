@@ -615,6 +615,7 @@ impl Session {
     fn optimize_unordered(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         crate::lower::refuse_not_in_inside_disjunctions(&plan)?;
         let options = &self.engine.options;
+        let plan = crate::coerce::exponent_literals(plan)?;
         let plan = crate::coerce::float_literals(plan)?;
         let plan = crate::decimal_division::numeric_division(plan)?;
         let plan = crate::integers::widen_integer_sums(plan)?;
