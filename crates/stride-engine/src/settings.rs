@@ -18,7 +18,8 @@
 //! `stride.policy` is a property of the machine-wide scheduler: setting it
 //! in one session switches the policy every worker follows from its next
 //! decision on (there is one scheduler, and its policy is what the seeds'
-//! experiments compare).
+//! experiments compare). Setting the policy already in force changes
+//! nothing: under stride scheduling its self-tuned decay parameters stay.
 
 use std::time::Duration;
 
@@ -32,7 +33,16 @@ impl Engine {
     /// engine-wide settings above; `Ok(false)`: it is none of them.
     pub fn set_setting(&self, name: &str, value: &str) -> Result<bool> {
         match name {
-            "stride.policy" => self.scheduler().set_policy(parse_policy(value)?),
+            "stride.policy" => {
+                let policy = parse_policy(value)?;
+                // Naming the policy in force keeps it as it is: stride
+                // scheduling keeps the decay parameters self-tuning found
+                // (a client that sets its policy on every connection must
+                // not reset them to the untuned start values).
+                if self.scheduler().policy().name() != policy.name() {
+                    self.scheduler().set_policy(policy)
+                }
+            }
             "stride.memory_limit" => self.set_memory_limit(memory_size(name, value)?),
             // One allocator per process: the limit is the process's, shared
             // by every engine in it.
@@ -294,6 +304,23 @@ mod tests {
         });
         assert!(engine.set_setting("stride.policy", "fair").unwrap());
         assert_eq!(engine.show_setting("stride.policy").unwrap(), "fair");
+        // Naming stride scheduling again keeps the parameters in force (as
+        // self-tuning leaves them); another policy replaces them.
+        assert!(engine.set_setting("stride.policy", "stride").unwrap());
+        let tuned = stride_sched::DecayParams {
+            lambda: 0.05,
+            d_start: 1,
+            ..Default::default()
+        };
+        engine.scheduler().set_policy(Policy::Stride(tuned.clone()));
+        assert!(engine.set_setting("stride.policy", "stride").unwrap());
+        assert_eq!(engine.scheduler().policy(), Policy::Stride(tuned));
+        assert!(engine.set_setting("stride.policy", "stride-queue").unwrap());
+        assert_eq!(
+            engine.scheduler().policy().decay().map(|d| d.lambda),
+            Some(stride_sched::DecayParams::default().lambda)
+        );
+        assert!(engine.set_setting("stride.policy", "fair").unwrap());
         assert!(engine.set_setting("stride.memory_limit", "3GB").unwrap());
         assert_eq!(engine.memory().limit(), 3 << 30);
         assert!(engine.set_setting("stride.sharing_cycle", "1s").unwrap());

@@ -30,10 +30,14 @@
 //!
 //! **In the running scheduler** ([`crate::SchedulerConfig::tuning`], off by
 //! default): worker 0 owns a [`TuningDriver`]. Before each of its decisions
-//! it polls the driver with the time since the scheduler started; at the
-//! start of the `k`-th refresh period (`k·t_r`) it attaches a [`Tracker`]
-//! (only while the policy is `Policy::Stride`), records every task it runs
-//! until `k·t_r + t_t`, then — unpinned, taking no task — runs [`tune`] from
+//! it polls the driver with the time since the scheduler started. The
+//! refresh periods are counted from the moment decaying priorities came
+//! into force (`t_0`: the first poll that found `Policy::Stride`, again after
+//! any other policy was in force — a server started under SRPT and switched
+//! to stride scheduling is tuned `t_t` after the switch, not only in the
+//! period after next). At the start of the `k`-th period (`t_0 + k·t_r`) it
+//! attaches a [`Tracker`], records every task it runs until
+//! `t_0 + k·t_r + t_t`, then — unpinned, taking no task — runs [`tune`] from
 //! its current decay parameters and pushes the result through the
 //! scheduler's `set_policy` path if the policy is still `Policy::Stride`
 //! (other policies are left alone). Each run is kept as a [`TuningReport`]
@@ -308,7 +312,10 @@ pub(crate) struct TuningDriver {
     slice: Option<Duration>,
     /// The tracker of the running window and the window's end.
     tracking: Option<(Tracker, Duration)>,
-    /// The last refresh period that was tracked.
+    /// When decaying priorities came into force (`t_0`), since the
+    /// scheduler started; `None` while another policy is in force.
+    since: Option<Duration>,
+    /// The last refresh period (counted from `since`) that was tracked.
     done: Option<u64>,
 }
 
@@ -321,6 +328,7 @@ impl TuningDriver {
             t_max,
             slice,
             tracking: None,
+            since: None,
             done: None,
         }
     }
@@ -346,17 +354,27 @@ impl TuningDriver {
     /// start of a period; returns the tracked workload once its window is
     /// over (none if nothing was tracked or the policy is not stride).
     pub(crate) fn poll(&mut self, now: Duration, stride: bool) -> Option<TrackedWorkload> {
+        if !stride {
+            // Another policy: the window (if any) is dropped, and the
+            // periods count afresh when stride scheduling returns.
+            self.tracking = None;
+            self.since = None;
+            self.done = None;
+            return None;
+        }
         if let Some((_, end)) = &self.tracking {
             if now < *end {
                 return None;
             }
             let (tracker, _) = self.tracking.take()?;
-            return (stride && !tracker.is_empty()).then(|| tracker.finish());
+            return (!tracker.is_empty()).then(|| tracker.finish());
         }
-        let period = (now.as_nanos() / self.refresh.as_nanos()) as u64;
-        if stride && self.done != Some(period) {
+        let since = *self.since.get_or_insert(now);
+        let into = now.saturating_sub(since);
+        let period = (into.as_nanos() / self.refresh.as_nanos()) as u64;
+        if self.done != Some(period) {
             let period_start =
-                Duration::from_nanos((self.refresh.as_nanos() * u128::from(period)) as u64);
+                since + Duration::from_nanos((self.refresh.as_nanos() * u128::from(period)) as u64);
             if now < period_start + self.track {
                 self.done = Some(period);
                 self.tracking = Some((
@@ -588,12 +606,13 @@ mod tests {
         // Not stride: nothing is tracked.
         assert!(d.poll(MS, false).is_none());
         assert!(!d.is_tracking());
+        // Stride from 2 ms on: the periods count from there.
         assert!(d.poll(2 * MS, true).is_none());
         assert!(d.is_tracking());
         d.record(1, Duration::ZERO, 2 * MS);
         d.record(2, 5 * MS, 2 * MS);
-        assert!(d.poll(19 * MS, true).is_none());
-        let w = d.poll(20 * MS, true).expect("window over");
+        assert!(d.poll(21 * MS, true).is_none());
+        let w = d.poll(22 * MS, true).expect("window over");
         assert_eq!(w.groups.len(), 2);
         assert_eq!(w.groups[1].arrival, 3 * MS);
         assert_eq!(
@@ -610,8 +629,42 @@ mod tests {
         assert!(d.poll(125 * MS, true).is_none());
         assert!(d.is_tracking());
         // An empty window gives no workload.
-        assert!(d.poll(140 * MS, true).is_none());
+        assert!(d.poll(141 * MS, true).is_none());
+        assert!(d.is_tracking());
+        assert!(d.poll(142 * MS, true).is_none());
         assert!(!d.is_tracking());
+    }
+
+    #[test]
+    fn the_driver_counts_periods_from_when_stride_scheduling_came_into_force() {
+        let config = TuningConfig {
+            track: 20 * MS,
+            refresh: 60 * MS,
+        };
+        let mut d = TuningDriver::new(&config, 2 * MS, None);
+        // Another policy for the first 70 ms: nothing tracked.
+        assert!(d.poll(MS, false).is_none());
+        assert!(d.poll(70 * MS, false).is_none());
+        assert!(!d.is_tracking());
+        // Stride from 75 ms: tracked at once, tuned 20 ms later (not in the
+        // window of the scheduler-aligned period that starts at 120 ms).
+        assert!(d.poll(75 * MS, true).is_none());
+        assert!(d.is_tracking());
+        d.record(1, 74 * MS, 2 * MS);
+        assert!(d.poll(94 * MS, true).is_none());
+        assert!(d.poll(95 * MS, true).is_some());
+        // The next window opens a refresh later, at 135 ms.
+        assert!(d.poll(130 * MS, true).is_none());
+        assert!(!d.is_tracking());
+        assert!(d.poll(135 * MS, true).is_none());
+        assert!(d.is_tracking());
+        // Leaving stride scheduling drops the window; coming back starts a
+        // new one at once.
+        assert!(d.poll(140 * MS, false).is_none());
+        assert!(d.poll(141 * MS, false).is_none());
+        assert!(!d.is_tracking());
+        assert!(d.poll(150 * MS, true).is_none());
+        assert!(d.is_tracking());
     }
 
     #[test]
