@@ -240,6 +240,7 @@ fn the_running_scheduler_tunes_its_decay_parameters() {
         tuning: Some(TuningConfig {
             track: Duration::from_millis(200),
             refresh: Duration::from_millis(300),
+            ..Default::default()
         }),
         ..SchedulerConfig::default()
     });
@@ -301,6 +302,7 @@ fn tuning_leaves_other_policies_alone() {
         tuning: Some(TuningConfig {
             track: Duration::from_millis(20),
             refresh: Duration::from_millis(30),
+            ..Default::default()
         }),
         ..SchedulerConfig::default()
     });
