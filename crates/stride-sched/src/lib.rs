@@ -94,5 +94,5 @@ pub use task::{
 };
 pub use topology::{Node, Topology, TopologyError, TopologyKind, TopologySpec};
 pub use trace::{TaskRecord, Tracer};
-pub use tuning::{TrackedWorkload, Tracker, TuningConfig, TuningReport, TuningResult, SWITCH_COST};
+pub use tuning::{TrackedWorkload, Tracker, TuningConfig, TuningReport, TuningResult};
 pub use worker::WorkerStats;

@@ -69,28 +69,13 @@ pub struct TuningConfig {
     pub track: Duration,
     /// `t_r`: a tracking run starts every `refresh`.
     pub refresh: Duration,
-    /// What the self-simulation charges a task that follows another
-    /// group's task on its worker ([`crate::sim::SimConfig::switch_cost`]):
-    /// the seed's simulation switches for free, and then tunes towards
-    /// parameters that keep many half-done queries switching on a machine
-    /// whose caches they evict (see [`SWITCH_COST`]).
-    pub switch_cost: Duration,
 }
-
-/// Default [`TuningConfig::switch_cost`]: 0.5 ms, fitted on the 2-core
-/// development VM, where switching queries after every 2 ms task raised the
-/// CPU per isolated millisecond of TPC-H SF 1 queries from 2.10 to 2.67
-/// (about 0.45 ms per switch; docs/experiments.md, "Time slices for fair
-/// and stride scheduling"). A model parameter, not a measurement of the
-/// machine the scheduler runs on.
-pub const SWITCH_COST: Duration = Duration::from_micros(500);
 
 impl Default for TuningConfig {
     fn default() -> Self {
         TuningConfig {
             track: Duration::from_secs(20),
             refresh: Duration::from_secs(60),
-            switch_cost: SWITCH_COST,
         }
     }
 }
@@ -137,9 +122,6 @@ pub struct TrackedWorkload {
     /// which the simulation applies as the workers do, so that tuning
     /// scores the scheduler that runs.
     pub slice: Option<Duration>,
-    /// What the simulation charges a switch between groups
-    /// ([`TuningConfig::switch_cost`]; zero unless the tracker was given one).
-    pub switch_cost: Duration,
     /// In arrival order.
     pub groups: Vec<TrackedGroup>,
 }
@@ -151,7 +133,6 @@ pub struct TrackedWorkload {
 pub struct Tracker {
     quantum: Duration,
     slice: Option<Duration>,
-    switch_cost: Duration,
     start: Duration,
     index: HashMap<ResourceGroupId, usize>,
     groups: Vec<TrackedGroup>,
@@ -165,7 +146,6 @@ impl Tracker {
         Tracker {
             quantum: t_max,
             slice: None,
-            switch_cost: Duration::ZERO,
             start,
             index: HashMap::new(),
             groups: Vec::new(),
@@ -176,13 +156,6 @@ impl Tracker {
     /// ([`TrackedWorkload::slice`]).
     pub fn with_slice(mut self, slice: Option<Duration>) -> Self {
         self.slice = slice;
-        self
-    }
-
-    /// The switch cost the tuning simulation charges
-    /// ([`TuningConfig::switch_cost`]).
-    pub fn with_switch_cost(mut self, switch_cost: Duration) -> Self {
-        self.switch_cost = switch_cost;
         self
     }
 
@@ -219,7 +192,6 @@ impl Tracker {
         TrackedWorkload {
             quantum: self.quantum,
             slice: self.slice,
-            switch_cost: self.switch_cost,
             groups,
         }
     }
@@ -338,8 +310,6 @@ pub(crate) struct TuningDriver {
     t_max: Duration,
     /// The scheduler's time slice, handed to each tracker.
     slice: Option<Duration>,
-    /// [`TuningConfig::switch_cost`], handed to each tracker.
-    switch_cost: Duration,
     /// The tracker of the running window and the window's end.
     tracking: Option<(Tracker, Duration)>,
     /// When decaying priorities came into force (`t_0`), since the
@@ -357,7 +327,6 @@ impl TuningDriver {
             refresh: config.refresh.max(track),
             t_max,
             slice,
-            switch_cost: config.switch_cost,
             tracking: None,
             since: None,
             done: None,
@@ -409,9 +378,7 @@ impl TuningDriver {
             if now < period_start + self.track {
                 self.done = Some(period);
                 self.tracking = Some((
-                    Tracker::new(self.t_max, now)
-                        .with_slice(self.slice)
-                        .with_switch_cost(self.switch_cost),
+                    Tracker::new(self.t_max, now).with_slice(self.slice),
                     period_start + self.track,
                 ));
             }
@@ -426,7 +393,6 @@ struct Evaluator<'a> {
     isolated: Vec<f64>,
     quantum: f64,
     slice: Option<f64>,
-    switch_cost: f64,
     base: &'a DecayParams,
     cache: HashMap<(u32, u64), f64>,
     evaluations: usize,
@@ -444,7 +410,6 @@ impl Evaluator<'_> {
         };
         let mut cfg = SimConfig::new(Policy::Stride(params), 1, self.quantum);
         cfg.slice = self.slice;
-        cfg.switch_cost = self.switch_cost;
         let c = simulate_with_isolated(self.jobs, &cfg, &self.isolated).mean_slowdown();
         self.evaluations += 1;
         self.cache.insert((d_start, lambda.to_bits()), c);
@@ -476,7 +441,6 @@ pub fn tune(workload: &TrackedWorkload, start: &DecayParams) -> TuningResult {
         isolated,
         quantum,
         slice: workload.slice.map(|s| s.as_secs_f64()),
-        switch_cost: workload.switch_cost.as_secs_f64(),
         base: start,
         cache: HashMap::new(),
         evaluations: 0,
@@ -637,7 +601,6 @@ mod tests {
         let config = TuningConfig {
             track: 20 * MS,
             refresh: 60 * MS,
-            ..Default::default()
         };
         let mut d = TuningDriver::new(&config, 2 * MS, Some(10 * MS));
         // Not stride: nothing is tracked.
@@ -677,7 +640,6 @@ mod tests {
         let config = TuningConfig {
             track: 20 * MS,
             refresh: 60 * MS,
-            ..Default::default()
         };
         let mut d = TuningDriver::new(&config, 2 * MS, None);
         // Another policy for the first 70 ms: nothing tracked.

@@ -240,7 +240,6 @@ fn the_running_scheduler_tunes_its_decay_parameters() {
         tuning: Some(TuningConfig {
             track: Duration::from_millis(200),
             refresh: Duration::from_millis(300),
-            ..Default::default()
         }),
         ..SchedulerConfig::default()
     });
@@ -302,7 +301,6 @@ fn tuning_leaves_other_policies_alone() {
         tuning: Some(TuningConfig {
             track: Duration::from_millis(20),
             refresh: Duration::from_millis(30),
-            ..Default::default()
         }),
         ..SchedulerConfig::default()
     });

@@ -521,7 +521,6 @@ fn start_traced(
             Some(stride_sched::TuningConfig {
                 track: std::time::Duration::from_secs_f64(track),
                 refresh: std::time::Duration::from_secs_f64(refresh),
-                ..Default::default()
             })
         }
     };

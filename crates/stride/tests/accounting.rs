@@ -120,7 +120,6 @@ fn self_tuning_runs_show_in_stride_tuning() {
             tuning: Some(TuningConfig {
                 track: Duration::from_millis(300),
                 refresh: Duration::from_millis(400),
-                ..Default::default()
             }),
             ..Default::default()
         },

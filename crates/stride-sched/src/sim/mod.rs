@@ -214,11 +214,6 @@ pub struct SimConfig {
     /// Time slices of proportional-share policies, in seconds (as the
     /// scheduler's [`crate::SchedulerConfig::slice`]). `None`: off.
     pub slice: Option<f64>,
-    /// Seconds a task spends without progress when its worker's previous
-    /// task was another job's: the caches refilled with this query's hash
-    /// tables (a model; 0, the default, switches for free). The time is
-    /// charged to the job like its work, as a worker measures it.
-    pub switch_cost: f64,
     /// Slots: groups beyond this many wait for admission. `None`: one slot
     /// per job.
     pub slots: Option<usize>,
@@ -242,7 +237,6 @@ impl SimConfig {
             morsel: None,
             handover_morsel: None,
             slice: None,
-            switch_cost: 0.0,
             slots: None,
             record: false,
             machine: None,
@@ -424,10 +418,7 @@ struct SimSlot {
 struct Task {
     slot: usize,
     job: usize,
-    /// When the task's work starts, ns: after its switch cost.
     start: u64,
-    /// The switch cost it paid before `start`, ns ([`SimConfig::switch_cost`]).
-    switch: u64,
     /// Work taken from the task set, ns (given back in part if the task is
     /// preempted).
     taken: u64,
@@ -458,8 +449,6 @@ struct FluidTask {
 struct SimWorker {
     core: DecisionCore,
     task: Option<Task>,
-    /// The job of the worker's previous task ([`SimConfig::switch_cost`]).
-    last_job: Option<usize>,
 }
 
 /// The simulator: the workers' decision cores ([`crate::decision`]), the
@@ -477,7 +466,6 @@ struct Engine<'a> {
     quantum: u64,
     morsel: u64,
     handover_morsel: u64,
-    switch_cost: u64,
     slots: Vec<Option<SimSlot>>,
     masks: UpdateMasks,
     admission: Admission<usize>,
@@ -511,7 +499,6 @@ impl<'a> Engine<'a> {
             quantum: nanos(cfg.quantum).max(1),
             morsel: cfg.morsel.map_or(0, |m| nanos(m).max(1)),
             handover_morsel: cfg.handover_morsel.map_or(0, |m| nanos(m).max(1)),
-            switch_cost: nanos(cfg.switch_cost.max(0.0)),
             slots: (0..slots).map(|_| None).collect(),
             masks: UpdateMasks::new(workers, slots),
             admission: Admission::new(slots),
@@ -523,11 +510,7 @@ impl<'a> Engine<'a> {
                         cfg.slice.map(|s| Duration::from_nanos(nanos(s))),
                         Duration::from_nanos(nanos(cfg.quantum).max(1)),
                     );
-                    SimWorker {
-                        core,
-                        task: None,
-                        last_job: None,
-                    }
+                    SimWorker { core, task: None }
                 })
                 .collect(),
             installed: vec![0; workload.len()],
@@ -720,19 +703,16 @@ impl<'a> Engine<'a> {
             if let Some(i) = task.record.filter(|_| task.fluid.is_some()) {
                 self.tasks[i].ran = secs(ran);
             }
-            // The worker measured the switch cost as part of the task.
-            self.workers[w].core.charge(
-                task.slot,
-                Duration::from_nanos(ran + task.switch),
-                self.t_max,
-            );
+            self.workers[w]
+                .core
+                .charge(task.slot, Duration::from_nanos(ran), self.t_max);
             if let Some(a) = node_dry {
                 self.workers[w].core.node_dry(task.slot, a);
                 if let Some(stats) = self.numa.as_mut() {
                     stats.node_dry += 1;
                 }
             }
-            self.out[task.job].cpu += secs(ran + task.switch);
+            self.out[task.job].cpu += secs(ran);
             let slot = self.slots[task.slot]
                 .as_mut()
                 .expect("a running task's slot");
@@ -926,19 +906,13 @@ impl<'a> Engine<'a> {
             let out = &mut self.out[job];
             out.decisions += 1;
             out.first_run.get_or_insert(secs(self.now));
-            let switch = match self.workers[w].last_job {
-                Some(last) if last != job => self.switch_cost,
-                _ => 0,
-            };
-            self.workers[w].last_job = Some(job);
             let record = self.record(w, job, set, end);
             self.workers[w].task = Some(Task {
                 slot: k,
                 job,
-                start: self.now + switch,
-                switch,
+                start: self.now,
                 taken: end,
-                end: self.now + switch + end,
+                end: self.now + end,
                 morsel,
                 record,
                 fluid: None,
@@ -967,7 +941,6 @@ impl<'a> Engine<'a> {
             slot: k,
             job,
             start: self.now,
-            switch: 0,
             taken: 0,
             end: budget,
             morsel: 0,
@@ -1010,8 +983,7 @@ impl<'a> Engine<'a> {
             if !self.masks.pending(w) {
                 continue;
             }
-            // Within its switch cost a task is at its first boundary.
-            let into = self.now.saturating_sub(task.start);
+            let into = self.now - task.start;
             let cut = match task.morsel {
                 0 if into == 0 => continue,
                 0 => into,
@@ -1237,30 +1209,5 @@ mod tests {
         assert_eq!(first_b_task(true, Some(0.05)), 0.6);
         assert_eq!(first_b_task(true, None), 0.75);
         assert_eq!(first_b_task(false, Some(0.05)), 1.0);
-    }
-
-    #[test]
-    fn a_switch_between_jobs_costs_its_worker_time_and_the_job_cpu() {
-        // Fair on 1 worker, quantum 1: A and B (2 units each) alternate
-        // A B A B. Each task after the first follows the other job's, so
-        // three switches of 0.25 each: B ends at 4.75 instead of 4, and the
-        // jobs' CPU includes what they paid. FIFO runs A then B: one switch.
-        let jobs = [
-            SimJob::new(0.0, vec![SimTaskSet::elastic(2.0)]),
-            SimJob::new(0.0, vec![SimTaskSet::elastic(2.0)]),
-        ];
-        let run = |policy: Policy, switch_cost: f64| {
-            let mut cfg = SimConfig::new(policy, 1, 1.0);
-            cfg.switch_cost = switch_cost;
-            let r = simulate(&jobs, &cfg);
-            assert_eq!(r.completed(), 2);
-            let ends: Vec<f64> = r.jobs.iter().map(|j| j.completion.unwrap()).collect();
-            let cpu: f64 = r.jobs.iter().map(|j| j.cpu).sum();
-            (ends, cpu)
-        };
-        assert_eq!(run(Policy::Fair, 0.0), (vec![3.0, 4.0], 4.0));
-        assert_eq!(run(Policy::Fair, 0.25), (vec![3.5, 4.75], 4.75));
-        assert_eq!(run(Policy::Fifo, 0.0), (vec![2.0, 4.0], 4.0));
-        assert_eq!(run(Policy::Fifo, 0.25), (vec![2.0, 4.25], 4.25));
     }
 }
