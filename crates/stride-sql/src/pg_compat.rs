@@ -13,6 +13,7 @@
 //! | `a[i]` on an array                  | `array_element(a, i)`                |
 //! | `pg_catalog.f(...)`                 | `f(...)`                             |
 //! | `FROM pg_catalog.generate_series(..) s` | `FROM generate_series(..) AS s (s)` (the column named after the alias) |
+//! | `1.5e300`, `1e-50` (an exponent number past 38 decimal digits) | `CAST('1.5e300' AS DOUBLE PRECISION)` (as DuckDB reads it; the parser refuses such decimals) |
 //! | `FROM t, generate_series(1, t.n) s` | `FROM t, LATERAL (SELECT * FROM generate_series(1, t.n) AS s (s)) AS s` (`crate::lateral`) |
 //!
 //! Other collations and operators are left alone, so the planner refuses
@@ -72,6 +73,35 @@ pub fn rewrite(
         });
     }
     Ok(())
+}
+
+/// Whether a number written with an exponent needs more than 38 decimal
+/// digits (`1.5e300`, `1e-50`): DataFusion's parser refuses such decimals
+/// (or types them past what Stride computes in), so they are read as
+/// doubles, as DuckDB reads them (PostgreSQL keeps them numeric).
+/// Numbers without an exponent are left to the parser.
+fn beyond_decimal(n: &str) -> bool {
+    let Some(at) = n.find(['e', 'E']) else {
+        return false;
+    };
+    let (mantissa, exponent) = (&n[..at], &n[at + 1..]);
+    let Ok(exponent) = exponent.parse::<i64>() else {
+        return false;
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits: String = format!("{int}{frac}").trim_start_matches('0').to_string();
+    if digits.is_empty() {
+        return false; // zero
+    }
+    let digits = digits.len() as i64;
+    // value = digits × 10^(exponent - frac digits)
+    let scale = frac.len() as i64 - exponent;
+    let needed = if scale < 0 {
+        digits - scale
+    } else {
+        digits.max(scale)
+    };
+    needed > 38
 }
 
 /// A correlated scalar subquery that aggregates nothing (`(SELECT
@@ -455,6 +485,21 @@ fn reg_call(expr: &Expr) -> Option<&'static str> {
 
 fn rewrite_expr(e: &mut Expr) {
     match e {
+        Expr::Value(v) if matches!(&v.value, datafusion_sql::sqlparser::ast::Value::Number(n, _) if beyond_decimal(n)) =>
+        {
+            let datafusion_sql::sqlparser::ast::Value::Number(n, _) = &v.value else {
+                return;
+            };
+            *e = Expr::Cast {
+                kind: datafusion_sql::sqlparser::ast::CastKind::Cast,
+                expr: Box::new(Expr::value(
+                    datafusion_sql::sqlparser::ast::Value::SingleQuotedString(n.clone()),
+                )),
+                data_type: DataType::DoublePrecision,
+                array: false,
+                format: None,
+            };
+        }
         Expr::BinaryOp { op, .. } => {
             if let BinaryOperator::PGCustomBinaryOperator(parts) = op {
                 let parts: Vec<String> = parts.iter().map(|p| p.to_lowercase()).collect();
@@ -735,6 +780,18 @@ fn array_items(e: &Expr) -> Option<Vec<Expr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exponent_numbers_past_38_digits_are_read_as_doubles() {
+        for n in ["1.5e300", "1e38", "1E-50", "12.5e37"] {
+            assert!(beyond_decimal(n), "{n}");
+        }
+        for n in [
+            "1e6", "2.5E3", "1e-3", "1e37", "1e-38", "0e500", "123", "1.5",
+        ] {
+            assert!(!beyond_decimal(n), "{n}");
+        }
+    }
 
     fn rewritten(sql: &str) -> String {
         let mut stmts = crate::limits::parse(sql).unwrap();
