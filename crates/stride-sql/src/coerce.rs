@@ -31,11 +31,14 @@ use crate::error::Result;
 /// DOUBLE when that needs more than 38 digits (see the module docs). Runs
 /// on every node, subqueries included, before type coercion.
 pub fn exponent_literals(plan: LogicalPlan) -> Result<LogicalPlan> {
+    // Set at the first rewrite: from there on every node's schema is
+    // recomputed (post-order: a rewritten node's ancestors come after it).
+    let mut changed = false;
     let rewritten = plan.transform_up_with_subqueries(|node| {
         // A rewritten expression keeps its name (`1e6` is still the
         // column `Decimal128(Some(1),1,-6)` to the nodes above it).
         let names = NamePreserver::new(&node);
-        node.map_expressions(|e| {
+        let node = node.map_expressions(|e| {
             let name = names.save(&e);
             let e = e.transform_up(|e| Ok(exponent_literal(e)))?;
             Ok(if e.transformed {
@@ -43,16 +46,15 @@ pub fn exponent_literals(plan: LogicalPlan) -> Result<LogicalPlan> {
             } else {
                 e
             })
-        })
+        })?;
+        changed |= node.transformed;
+        if !changed {
+            return Ok(node);
+        }
+        // The schemas above a rewritten literal see its new type.
+        Ok(Transformed::yes(node.data.recompute_schema()?))
     })?;
-    // The schemas above a rewritten literal see its new type.
-    if !rewritten.transformed {
-        return Ok(rewritten.data);
-    }
-    let recomputed = rewritten
-        .data
-        .transform_up_with_subqueries(|node| node.recompute_schema().map(Transformed::yes))?;
-    Ok(recomputed.data)
+    Ok(rewritten.data)
 }
 
 /// `v × 10^-scale` at scale 0, when `scale < 0`.

@@ -485,20 +485,19 @@ fn reg_call(expr: &Expr) -> Option<&'static str> {
 
 fn rewrite_expr(e: &mut Expr) {
     match e {
-        Expr::Value(v) if matches!(&v.value, datafusion_sql::sqlparser::ast::Value::Number(n, _) if beyond_decimal(n)) =>
-        {
-            let datafusion_sql::sqlparser::ast::Value::Number(n, _) = &v.value else {
-                return;
-            };
-            *e = Expr::Cast {
-                kind: datafusion_sql::sqlparser::ast::CastKind::Cast,
-                expr: Box::new(Expr::value(
-                    datafusion_sql::sqlparser::ast::Value::SingleQuotedString(n.clone()),
-                )),
-                data_type: DataType::DoublePrecision,
-                array: false,
-                format: None,
-            };
+        Expr::Value(v) => {
+            use datafusion_sql::sqlparser::ast::{CastKind, Value};
+            if let Value::Number(n, _) = &v.value {
+                if beyond_decimal(n) {
+                    *e = Expr::Cast {
+                        kind: CastKind::Cast,
+                        expr: Box::new(Expr::value(Value::SingleQuotedString(n.clone()))),
+                        data_type: DataType::DoublePrecision,
+                        array: false,
+                        format: None,
+                    };
+                }
+            }
         }
         Expr::BinaryOp { op, .. } => {
             if let BinaryOperator::PGCustomBinaryOperator(parts) = op {
