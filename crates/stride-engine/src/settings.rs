@@ -5,6 +5,8 @@
 //! | setting                      | values                                         |
 //! |------------------------------|------------------------------------------------|
 //! | `stride.policy`              | a policy name ([`Policy::parse`])              |
+//! | `stride.decay_lambda`        | a number in [0, 1]: stride scheduling's decay factor λ |
+//! | `stride.decay_start`         | an integer ≥ 0: tasks before the decay sets in (`d_start`) |
 //! | `stride.workers`             | read-only                                      |
 //! | `stride.memory_limit`        | a size (`4GB`): all queries together           |
 //! | `stride.allocation_limit`    | a size, or `unlimited`: the whole process's allocations |
@@ -20,6 +22,10 @@
 //! decision on (there is one scheduler, and its policy is what the seeds'
 //! experiments compare). Setting the policy already in force changes
 //! nothing: under stride scheduling its self-tuned decay parameters stay.
+//! `stride.decay_lambda` and `stride.decay_start` set seed 001's decay
+//! parameters of the stride policy in force (refused under any other
+//! policy); self-tuning, when on, starts its next search from them and
+//! replaces them with what it finds.
 
 use std::time::Duration;
 
@@ -42,6 +48,15 @@ impl Engine {
                 if self.scheduler().policy().name() != policy.name() {
                     self.scheduler().set_policy(policy)
                 }
+            }
+            "stride.decay_lambda" | "stride.decay_start" => {
+                let mut params = self.decay_in_force(name)?;
+                if name == "stride.decay_lambda" {
+                    params.lambda = decay_lambda(value)?;
+                } else {
+                    params.d_start = decay_start(value)?;
+                }
+                self.scheduler().set_policy(Policy::Stride(params));
             }
             "stride.memory_limit" => self.set_memory_limit(memory_size(name, value)?),
             // One allocator per process: the limit is the process's, shared
@@ -96,6 +111,13 @@ impl Engine {
         Some(match name {
             "stride.policy" => self.scheduler().policy().name().to_string(),
             "stride.workers" => self.scheduler().config().workers.to_string(),
+            "stride.decay_lambda" | "stride.decay_start" => {
+                match self.scheduler().policy().decay() {
+                    Some(d) if name == "stride.decay_lambda" => d.lambda.to_string(),
+                    Some(d) => d.d_start.to_string(),
+                    None => "none (stride.policy is not stride)".to_string(),
+                }
+            }
             "stride.memory_limit" => show_size(self.memory().limit()),
             "stride.allocation_limit" => match stride_exec::alloc_guard::limit() {
                 usize::MAX => "unlimited".to_string(),
@@ -126,6 +148,8 @@ impl Engine {
     pub fn all_settings(&self) -> Vec<(String, String)> {
         [
             "stride.policy",
+            "stride.decay_lambda",
+            "stride.decay_start",
             "stride.workers",
             "stride.memory_limit",
             "stride.allocation_limit",
@@ -138,6 +162,48 @@ impl Engine {
         .filter_map(|name| Some((name.to_string(), self.show_setting(name)?)))
         .collect()
     }
+}
+
+impl Engine {
+    /// The decay parameters of the stride policy in force, for a `SET` of
+    /// `name`; refused under any other policy.
+    fn decay_in_force(&self, name: &str) -> Result<stride_sched::DecayParams> {
+        self.scheduler().policy().decay().cloned().ok_or_else(|| {
+            EngineError::setting(
+                SettingKind::ReadOnly,
+                format!(
+                    "{name} applies to stride scheduling; stride.policy is {}",
+                    self.scheduler().policy().name()
+                ),
+            )
+        })
+    }
+}
+
+/// Parses `stride.decay_lambda`: a decay factor in [0, 1].
+pub fn decay_lambda(value: &str) -> Result<f64> {
+    match value.trim().parse::<f64>() {
+        Ok(l) if (0.0..=1.0).contains(&l) => Ok(l),
+        _ => Err(EngineError::setting(
+            SettingKind::InvalidValue,
+            format!(
+                "invalid value for parameter \"stride.decay_lambda\": \"{value}\" (a number from 0 to 1)"
+            ),
+        )),
+    }
+}
+
+/// Parses `stride.decay_start`: the tasks a group runs before its
+/// priority decays.
+pub fn decay_start(value: &str) -> Result<u32> {
+    value.trim().parse::<u32>().map_err(|_| {
+        EngineError::setting(
+            SettingKind::InvalidValue,
+            format!(
+                "invalid value for parameter \"stride.decay_start\": \"{value}\" (an integer of at least 0)"
+            ),
+        )
+    })
 }
 
 /// A data directory setting set without a data directory.
@@ -320,7 +386,45 @@ mod tests {
             engine.scheduler().policy().decay().map(|d| d.lambda),
             Some(stride_sched::DecayParams::default().lambda)
         );
+        // The decay parameters of the stride policy in force, one at a
+        // time; refused under another policy and for values out of range.
+        assert!(engine.set_setting("stride.decay_lambda", "0.25").unwrap());
+        assert!(engine.set_setting("stride.decay_start", "7").unwrap());
+        let decay = engine.scheduler().policy().decay().cloned().unwrap();
+        assert_eq!((decay.lambda, decay.d_start), (0.25, 7));
+        assert_eq!(engine.scheduler().policy().name(), "stride-queue");
+        assert_eq!(engine.show_setting("stride.decay_lambda").unwrap(), "0.25");
+        assert_eq!(engine.show_setting("stride.decay_start").unwrap(), "7");
+        for (name, bad) in [
+            ("stride.decay_lambda", "1.5"),
+            ("stride.decay_lambda", "fast"),
+            ("stride.decay_start", "-1"),
+        ] {
+            let e = engine.set_setting(name, bad).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    EngineError::Setting {
+                        kind: SettingKind::InvalidValue,
+                        ..
+                    }
+                ),
+                "{name} = {bad}"
+            );
+        }
+        assert_eq!(engine.scheduler().policy().decay(), Some(&decay));
         assert!(engine.set_setting("stride.policy", "fair").unwrap());
+        let e = engine
+            .set_setting("stride.decay_lambda", "0.5")
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            EngineError::Setting {
+                kind: SettingKind::ReadOnly,
+                ..
+            }
+        ));
+        assert_eq!(engine.scheduler().policy(), Policy::Fair);
         assert!(engine.set_setting("stride.memory_limit", "3GB").unwrap());
         assert_eq!(engine.memory().limit(), 3 << 30);
         assert!(engine.set_setting("stride.sharing_cycle", "1s").unwrap());
@@ -367,7 +471,7 @@ mod tests {
         // Not the engine's: the session's to handle.
         assert!(!engine.set_setting("statement_timeout", "1s").unwrap());
         assert_eq!(engine.show_setting("statement_timeout"), None);
-        assert_eq!(engine.all_settings().len(), 8);
+        assert_eq!(engine.all_settings().len(), 10);
         // The allocation limit is the process's (one allocator): shown and
         // refused here without moving it, since tests of this binary share it.
         let limit = engine.show_setting("stride.allocation_limit").unwrap();

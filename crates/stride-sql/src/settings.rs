@@ -8,6 +8,8 @@
 //! | `stride.policy`              | engine  | a policy name (`Policy::parse`)          |
 //! | `stride.user_priority`       | session | a number > 0 (scales p0 and p_min)       |
 //! | `stride.static_priority`     | session | on / off: this session's queries never decay |
+//! | `stride.decay_lambda`        | engine  | λ in [0, 1] of the stride policy in force |
+//! | `stride.decay_start`         | engine  | `d_start` (tasks) of the stride policy in force |
 //! | `stride.workers`             | engine  | read-only                               |
 //! | `stride.memory_limit`        | engine  | a size (`4GB`): all queries together     |
 //! | `stride.allocation_limit`    | engine  | a size, `unlimited`: the process's allocations |
