@@ -31,6 +31,19 @@
 //! lets expire. Memory still goes back within about an interval of being
 //! freed (the default delay was 1 s). A `MIMALLOC_PURGE_DELAY` in the
 //! environment is left to win, and no purger runs then.
+//!
+//! **No transparent huge pages.** mimalloc v3 advises the kernel to back
+//! its arenas with transparent huge pages (`MADV_HUGEPAGE`), so the first
+//! touch of fresh heap memory zeroes a whole 2 MiB page, and a purge of
+//! part of one splits it. Queries in flight take fresh memory for their
+//! hash tables and partial states, more of it the more queries run at
+//! once: in a Poisson run at α = 0.9 under stride scheduling the workers
+//! spent a fifth of their time in the kernel (7.5 s of 36.6 s each),
+//! against 1.6 s with huge pages off, while isolated TPC-H SF 1 queries ran
+//! as fast without them (docs/experiments.md, "Transparent huge pages").
+//! So the binary turns them off for the process (`PR_SET_THP_DISABLE`),
+//! unless `MIMALLOC_ALLOW_THP`, mimalloc's own setting, is in the
+//! environment.
 
 use std::os::raw::{c_int, c_long};
 use std::time::Duration;
@@ -59,9 +72,16 @@ extern "C" {
     fn mi_collect(force: bool);
 }
 
-/// Sets how freed memory goes back to the OS and starts the purger thread
-/// (see the module doc); call before worker threads start.
+/// Sets how freed memory goes back to the OS, turns transparent huge
+/// pages off and starts the purger thread (see the module doc); call
+/// before worker threads start.
 pub fn configure() {
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() && !disable_huge_pages() {
+        eprintln!(
+            "stride: could not turn transparent huge pages off ({}); fresh heap memory may be zeroed 2 MiB at a time",
+            std::io::Error::last_os_error()
+        );
+    }
     if std::env::var_os("MIMALLOC_PURGE_DECOMMITS").is_none() {
         // SAFETY: `mi_option_set` takes an option index and a value and
         // only stores the value; PURGE_DECOMMITS is a valid index (checked
@@ -85,6 +105,22 @@ pub fn configure() {
             unsafe { mi_option_set(PURGE_DELAY, own_delay) };
         }
     }
+}
+
+/// Turns transparent huge pages off for the whole process: the kernel
+/// checks the flag at every fault, so it holds for memory mapped before
+/// (mimalloc's first arena, already advised) and after. `false` if the
+/// kernel refused.
+fn disable_huge_pages() -> bool {
+    // SAFETY: PR_SET_THP_DISABLE takes an integer flag and no pointers; the
+    // unused arguments must be 0.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0 }
+}
+
+/// Whether transparent huge pages are off for the process.
+pub fn huge_pages_disabled() -> bool {
+    // SAFETY: PR_GET_THP_DISABLE takes no pointers; it returns the flag.
+    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1 }
 }
 
 /// Purges every range freed so far, on the calling thread.
@@ -126,6 +162,9 @@ mod tests {
         assert!(purge_decommits(), "mimalloc decommits by default");
         configure();
         assert!(!purge_decommits(), "configure() purges by resetting");
+        if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+            assert!(huge_pages_disabled(), "configure() turns huge pages off");
+        }
         if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
             assert_eq!(purge_delay_ms(), PURGE_DELAY_MS, "the purger's delay");
             // The purger runs on a thread of its own. A new thread names

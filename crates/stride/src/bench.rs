@@ -396,6 +396,7 @@ fn isolated_cmd(args: &IsolatedArgs, global: &GlobalArgs) -> Result<()> {
         let mut v = iso.to_json();
         v["workers"] = target.workers().into();
         v["allocator_purge"] = target.allocator_purge().into();
+        v["huge_pages"] = target.huge_pages().into();
         write_json(path, &v)?;
     }
     if let (Some(path), Some((tracer, origin))) = (&args.trace, &tracer) {

@@ -360,6 +360,18 @@ impl Target {
             }
         })
     }
+
+    /// Whether this process runs with transparent huge pages ("on" or
+    /// "off", [`crate::allocator`]); `None` for a server over the wire.
+    pub fn huge_pages(&self) -> Option<&'static str> {
+        self.engine().map(|_| {
+            if crate::allocator::huge_pages_disabled() {
+                "off"
+            } else {
+                "on"
+            }
+        })
+    }
 }
 
 impl PgTarget {

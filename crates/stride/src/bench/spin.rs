@@ -269,6 +269,7 @@ pub fn run(
         "wall_s": wall,
         "workers": target.workers(),
         "allocator_purge": target.allocator_purge(),
+        "huge_pages": target.huge_pages(),
         "estimates": target.engine().map(|e| e.runtime().history().mode().name()),
         "classes": mix.to_json(),
         "throughput": {

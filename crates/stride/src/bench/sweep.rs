@@ -167,6 +167,7 @@ pub fn run(args: &SweepArgs, global: &GlobalArgs) -> Result<()> {
         "system": target.system(),
         "workers": target.workers(),
         "allocator_purge": target.allocator_purge(),
+        "huge_pages": target.huge_pages(),
         "policies": args.policies,
         "loads": args.loads,
         "duration_s": args.duration,
