@@ -371,6 +371,7 @@ def poisson(system, mix, iso, load, duration, warmup, seed, instances):
         schedule.append((t, ci, qi, k))
     instances.fetch("arrivals", max(seen.values(), default=1))
     samples, lock, threads = [], threading.Lock(), []
+    host_start = host_cpu()
     t0 = time.perf_counter()
 
     def one(at, ci, qi, k):
@@ -397,14 +398,38 @@ def poisson(system, mix, iso, load, duration, warmup, seed, instances):
     for th in threads:
         th.join()
     wall = time.perf_counter() - t0
+    host = host_shares(host_start, host_cpu())
     samples.sort(key=lambda s: s["arrival_s"])
     run = {"kind": "poisson", "system": system.name, "version": system.version, "policy": "", "load": load,
            "lambda_qps": lam, "mean_isolated_ms": mean_ms, "seed": seed,
            "params": "fixed" if instances.fixed else "drawn", "duration_s": duration,
            "warmup_s": warmup, "measured_s": duration - warmup, "wall_s": wall, "classes": mix.to_json(),
-           "samples": samples}
+           "samples": samples, "host_cpu": host}
     run["summary"] = summarize(samples, duration - warmup)
     return run
+
+
+def host_cpu():
+    """The machine's CPU ticks so far (the `cpu` line of /proc/stat): user,
+    kernel (system, irq, softirq), idle (with iowait) and steal, the time the
+    hypervisor ran something else; None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    v += [0] * (8 - len(v))
+    return {"user": v[0] + v[1], "kernel": v[2] + v[5] + v[6], "idle": v[3] + v[4], "steal": v[7]}
+
+
+def host_shares(a, b):
+    """Shares of the ticks between two host_cpu() readings, as Stride's
+    bench reports them (`host_cpu` in its JSON)."""
+    if a is None or b is None:
+        return None
+    d = {k: max(0, b[k] - a[k]) for k in a}
+    total = max(1, sum(d.values()))
+    return {f"{k}_share": d[k] / total for k in ("user", "kernel", "idle", "steal")}
 
 
 def spin(system, mix, iso, clients, duration, seed, instances, window=3):
@@ -538,7 +563,9 @@ def main():
                                  f"p95 {s['slowdown'].get('p95', float('nan')):.2f}"
                                  for c, s in run["summary"]["classes"].items())
                 failed = sum(1 for s in run["samples"] if s["error"])
-                print(f"{name:<8} α={load:<5} {line}" + (f" ({failed} failed)" if failed else ""))
+                host = run["host_cpu"]
+                steal = f"; host steal {100 * host['steal_share']:.1f} %" if host else ""
+                print(f"{name:<8} α={load:<5} {line}" + (f" ({failed} failed)" if failed else "") + steal)
                 doc["runs"].append(run)
             if args.spin_duration > 0:
                 run = spin(system, mix, iso, args.clients, args.spin_duration, args.arrival_seed, instances)

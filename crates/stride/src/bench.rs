@@ -441,6 +441,9 @@ fn poisson_cmd(args: &PoissonArgs, global: &GlobalArgs) -> Result<()> {
     let summary = stats::summarize_run(&stats::points(&run.json), args.duration - args.warmup_s);
     summary.print(&mut std::io::stdout(), args.per_query)?;
     stats::print_estimation_errors(&mut std::io::stdout(), &stats::estimation_errors(&run.json))?;
+    if let Some(host) = run.host {
+        println!("{} over the whole run", host.line());
+    }
     if let Some(engine) = target.engine() {
         for w in engine.runtime().scheduler().worker_stats() {
             println!(

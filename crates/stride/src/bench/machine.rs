@@ -21,7 +21,13 @@
 //!   (a server's is not visible over the wire);
 //! * **minor faults/s** — pages the process touched for the first time
 //!   (fresh allocations the kernel zero-fills) per second of the window,
-//!   from `/proc/self/stat`, in-process only.
+//!   from `/proc/self/stat`, in-process only;
+//! * **host CPU** — how the whole machine's CPUs spent the window
+//!   ([`HostCpu`], `/proc/stat`): user, kernel (system, irq, softirq), idle
+//!   and *steal*, the time a virtual machine's CPUs were runnable but the
+//!   hypervisor ran something else. On a shared VM steal takes capacity
+//!   from a benchmark at random, and a run near saturation that lost some
+//!   is not comparable with one that did not: every run reports it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,6 +141,88 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// The machine's CPU time so far, summed over its CPUs (the `cpu` line of
+/// `/proc/stat`, in clock ticks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostCpu {
+    pub user: u64,
+    pub kernel: u64,
+    pub idle: u64,
+    pub steal: u64,
+}
+
+impl HostCpu {
+    /// Now; `None` where `/proc/stat` cannot be read (not Linux).
+    pub fn now() -> Option<HostCpu> {
+        HostCpu::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The `cpu` line of `/proc/stat`: user, nice, system, idle, iowait,
+    /// irq, softirq, steal (guest time is already counted in user).
+    pub fn parse(stat: &str) -> Option<HostCpu> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        let at = |i: usize| v.get(i).copied().unwrap_or(0);
+        Some(HostCpu {
+            user: at(0) + at(1),
+            kernel: at(2) + at(5) + at(6),
+            idle: at(3) + at(4),
+            steal: at(7),
+        })
+    }
+
+    /// Shares of the time between `earlier` and `self`.
+    pub fn shares_since(&self, earlier: &HostCpu) -> HostShares {
+        let d = |a: u64, b: u64| a.saturating_sub(b) as f64;
+        let user = d(self.user, earlier.user);
+        let kernel = d(self.kernel, earlier.kernel);
+        let idle = d(self.idle, earlier.idle);
+        let steal = d(self.steal, earlier.steal);
+        let total = (user + kernel + idle + steal).max(1.0);
+        HostShares {
+            user: user / total,
+            kernel: kernel / total,
+            idle: idle / total,
+            steal: steal / total,
+        }
+    }
+}
+
+/// How the machine's CPUs spent a window ([`HostCpu::shares_since`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostShares {
+    pub user: f64,
+    pub kernel: f64,
+    pub idle: f64,
+    pub steal: f64,
+}
+
+impl HostShares {
+    pub fn to_json(self) -> Value {
+        json!({
+            "user_share": self.user,
+            "kernel_share": self.kernel,
+            "idle_share": self.idle,
+            "steal_share": self.steal,
+        })
+    }
+
+    /// One line for a run's printed report.
+    pub fn line(self) -> String {
+        format!(
+            "host CPUs: user {:.1} %, kernel {:.1} %, idle {:.1} %, steal {:.1} % (taken by the hypervisor)",
+            100.0 * self.user,
+            100.0 * self.kernel,
+            100.0 * self.idle,
+            100.0 * self.steal
+        )
+    }
+}
+
 /// What the window used.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MachineUse {
@@ -148,6 +236,8 @@ pub struct MachineUse {
     pub peak_rss_bytes: Option<u64>,
     /// Minor page faults in the window (in-process only).
     pub minor_faults: Option<u64>,
+    /// The whole machine's CPUs in the window.
+    pub host: Option<HostShares>,
 }
 
 impl MachineUse {
@@ -180,6 +270,7 @@ impl MachineUse {
             "active_groups_peak": self.active_groups.map(|(_, p)| p),
             "peak_rss_bytes": self.peak_rss_bytes,
             "minor_faults_per_s": self.minor_faults.map(|n| self.per_second(n)),
+            "host_cpu": self.host.map(HostShares::to_json),
         })
     }
 
@@ -207,6 +298,9 @@ impl MachineUse {
         if let Some(n) = self.minor_faults {
             s += &format!(", {:.0} minor faults/s", self.per_second(n));
         }
+        if let Some(h) = self.host {
+            s += &format!("\n{}", h.line());
+        }
         s
     }
 }
@@ -225,6 +319,8 @@ pub struct Window {
     end: WorkerCounters,
     /// Minor faults at both ends (in-process: this process is the engine).
     faults: Option<(u64, u64)>,
+    /// The machine's CPU time at both ends.
+    host: Option<(HostCpu, HostCpu)>,
     workers: usize,
     elapsed: Duration,
     groups: Vec<usize>,
@@ -253,6 +349,7 @@ impl MachineProbe {
                 };
                 let in_process = target.engine().is_some();
                 let faults_at_start = minor_faults().filter(|_| in_process);
+                let host_at_start = HostCpu::now();
                 let began = Instant::now();
                 let mut groups = Vec::new();
                 let mut next = began;
@@ -267,6 +364,7 @@ impl MachineProbe {
                     return Ok(None);
                 };
                 let faults = faults_at_start.zip(minor_faults());
+                let host = host_at_start.zip(HostCpu::now());
                 Ok(Some(Window {
                     start,
                     end,
@@ -274,6 +372,7 @@ impl MachineProbe {
                     elapsed: began.elapsed(),
                     groups,
                     faults,
+                    host,
                 }))
             })?;
         Ok(MachineProbe { thread })
@@ -301,6 +400,7 @@ impl MachineProbe {
             }),
             peak_rss_bytes: if in_process { peak_rss_bytes() } else { None },
             minor_faults: w.faults.map(|(a, b)| b.saturating_sub(a)),
+            host: w.host.map(|(a, b)| b.shares_since(&a)),
         }))
     }
 }
@@ -308,6 +408,34 @@ impl MachineProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_cpu_shares_split_user_kernel_idle_and_steal() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let a = HostCpu::parse("cpu  100 10 50 800 20 5 5 10 0 0\ncpu0 1 2 3\n").unwrap();
+        assert_eq!(
+            a,
+            HostCpu {
+                user: 110,
+                kernel: 60,
+                idle: 820,
+                steal: 10
+            }
+        );
+        let b = HostCpu::parse("cpu  240 10 90 980 20 5 5 50 7 0\n").unwrap();
+        let s = b.shares_since(&a);
+        // 140 user, 40 kernel, 180 idle, 40 steal of 400 ticks.
+        assert!((s.user - 0.35).abs() < 1e-12);
+        assert!((s.kernel - 0.10).abs() < 1e-12);
+        assert!((s.idle - 0.45).abs() < 1e-12);
+        assert!((s.steal - 0.10).abs() < 1e-12);
+        assert!(s.line().contains("steal 10.0 %"));
+        assert_eq!(HostCpu::parse("intr 1 2 3\n"), None);
+        assert_eq!(HostCpu::parse("cpu  1 x 3\n"), None);
+        if std::path::Path::new("/proc/stat").exists() {
+            assert!(HostCpu::now().is_some());
+        }
+    }
 
     #[test]
     fn shares_and_rates_come_from_the_window() {
@@ -325,6 +453,7 @@ mod tests {
             active_groups: Some((6.5, 8)),
             peak_rss_bytes: Some(3 << 30),
             minor_faults: Some(1000),
+            host: None,
         };
         assert!((m.busy_share() - 0.75).abs() < 1e-12);
         assert_eq!(m.mean_morsel_tuples(), Some(4000.0));

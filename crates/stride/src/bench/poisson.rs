@@ -15,6 +15,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::driver::{attach_server_stats, Target};
+use super::machine::{HostCpu, HostShares};
 use super::mix::{Isolated, Mix, ARRIVALS};
 use super::phases::Breakdown;
 use super::progress::Progress;
@@ -87,6 +88,8 @@ pub struct PoissonRun {
     pub t0: Instant,
     pub samples: Vec<Sample>,
     pub json: Value,
+    /// How the machine's CPUs spent the run (arrivals and drain).
+    pub host: Option<HostShares>,
 }
 
 /// Client threads started before the first arrival.
@@ -243,6 +246,7 @@ pub fn run(
         done: progress.done.clone(),
     });
     let t0 = pool.t0;
+    let host_at_start = HostCpu::now();
     for _ in 0..INITIAL_CLIENTS {
         Pool::spawn_client(&pool)?;
     }
@@ -258,6 +262,9 @@ pub fn run(
         }
     }
     let wall = t0.elapsed().as_secs_f64();
+    let host = host_at_start
+        .zip(HostCpu::now())
+        .map(|(a, b)| b.shares_since(&a));
     progress.stop();
     let mut samples = std::mem::take(&mut *pool.samples.lock().unwrap_or_else(|e| e.into_inner()));
     for s in &mut samples {
@@ -294,6 +301,7 @@ pub fn run(
         "workers": target.workers(),
         "allocator_purge": target.allocator_purge(),
         "huge_pages": target.huge_pages(),
+        "host_cpu": host.map(HostShares::to_json),
         "estimates": target.engine().map(|e| e.runtime().history().mode().name()),
         "classes": mix.to_json(),
         "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
@@ -307,7 +315,12 @@ pub fn run(
         .map(|(class, e)| (class, e.to_json()))
         .collect::<serde_json::Map<_, _>>()
         .into();
-    Ok(PoissonRun { t0, samples, json })
+    Ok(PoissonRun {
+        t0,
+        samples,
+        json,
+        host,
+    })
 }
 
 #[cfg(test)]
