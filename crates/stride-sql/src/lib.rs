@@ -18,6 +18,8 @@
 //! * [`functions`] — size-checked `repeat`, `lpad`, `rpad` (54000 beyond
 //!   1 GB per value);
 //! * [`coerce`] — literal typing fixes applied before DataFusion's coercion;
+//! * [`column_names`] — result columns named as PostgreSQL names them
+//!   (`count`, `?column?`, `int4`), from the statement's syntax;
 //! * [`decimal_division`] — `numeric / numeric` with PostgreSQL's 16
 //!   significant digits, rounded;
 //! * [`engine`] — engine and sessions, one submodule per statement kind:
@@ -47,6 +49,7 @@
 //!   before them, expanded per row.
 
 pub mod coerce;
+pub mod column_names;
 pub mod context;
 pub mod copy;
 pub mod decimal_arith;

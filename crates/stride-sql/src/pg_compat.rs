@@ -332,9 +332,12 @@ impl datafusion_sql::sqlparser::ast::VisitorMut for TableFunctions {
 }
 
 /// PostgreSQL lets a query's output columns share a name (`SELECT NULL,
-/// NULL`); DataFusion does not. A later unnamed column whose text repeats
-/// an earlier one's is named `?column?` (PostgreSQL's name for it), made
-/// unique with a number.
+/// NULL`, `SELECT a, t.a`, `SELECT a, b AS a`); DataFusion does not. A
+/// later column whose name — its alias, a column reference's column, else
+/// its text — repeats an earlier one's is named `?column?` (PostgreSQL's
+/// name for an unnamed column), made unique with a number. These names stay inside the plan: a statement's
+/// result columns are named by `crate::column_names`, so the client sees
+/// `?column?` twice.
 struct DistinctNames;
 
 impl datafusion_sql::sqlparser::ast::VisitorMut for DistinctNames {
@@ -356,29 +359,30 @@ fn distinct_names(body: &mut datafusion_sql::sqlparser::ast::SetExpr) {
             let mut seen: Vec<String> = Vec::new();
             let mut n = 0;
             for item in select.projection.iter_mut() {
-                match item {
-                    SelectItem::UnnamedExpr(e) => {
-                        let text = e.to_string();
-                        if seen.contains(&text) {
-                            n += 1;
-                            let alias = if n == 1 {
-                                "?column?".to_string()
-                            } else {
-                                format!("?column?{n}")
-                            };
-                            seen.push(alias.clone());
-                            let expr = e.clone();
-                            *item = SelectItem::ExprWithAlias {
-                                expr,
-                                alias: Ident::with_quote('"', alias),
-                            };
-                        } else {
-                            seen.push(text);
-                        }
-                    }
-                    SelectItem::ExprWithAlias { alias, .. } => seen.push(alias.value.clone()),
-                    _ => {}
+                let (expr, name) = match &*item {
+                    SelectItem::UnnamedExpr(e) => (None, output_key(e)),
+                    SelectItem::ExprWithAlias { expr, alias } => (Some(expr), folded(alias)),
+                    _ => continue,
+                };
+                if !seen.contains(&name) {
+                    seen.push(name);
+                    continue;
                 }
+                let expr = match (expr, &*item) {
+                    (Some(expr), _) | (None, SelectItem::UnnamedExpr(expr)) => expr.clone(),
+                    _ => continue,
+                };
+                n += 1;
+                let alias = if n == 1 {
+                    "?column?".to_string()
+                } else {
+                    format!("?column?{n}")
+                };
+                seen.push(alias.clone());
+                *item = SelectItem::ExprWithAlias {
+                    expr,
+                    alias: Ident::with_quote('"', alias),
+                };
             }
         }
         SetExpr::SetOperation { left, right, .. } => {
@@ -386,6 +390,28 @@ fn distinct_names(body: &mut datafusion_sql::sqlparser::ast::SetExpr) {
             distinct_names(right);
         }
         _ => {}
+    }
+}
+
+/// What DataFusion names an unaliased output column after, as far as the
+/// syntax tells: a cast is named as its argument (`x::int` and `x::text`
+/// are both `x`), a column reference by its column, anything else by its
+/// text.
+fn output_key(e: &Expr) -> String {
+    match e {
+        Expr::Cast { expr, .. } => output_key(expr),
+        Expr::Identifier(i) => folded(i),
+        Expr::CompoundIdentifier(parts) => parts.last().map(folded).unwrap_or_default(),
+        other => other.to_string(),
+    }
+}
+
+/// An identifier as the binder folds it: lower-cased unless quoted.
+fn folded(i: &Ident) -> String {
+    if i.quote_style.is_some() {
+        i.value.clone()
+    } else {
+        i.value.to_ascii_lowercase()
     }
 }
 
@@ -841,6 +867,14 @@ mod tests {
         assert_eq!(
             rewritten("SELECT a, NULL, NULL FROM t"),
             "SELECT a, NULL, NULL AS \"?column?\" FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT a, t.A, b AS a, c AS \"A\" FROM t"),
+            "SELECT a, t.A AS \"?column?\", b AS \"?column?2\", c AS \"A\" FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT CAST(1 AS INT), 1::BIGINT, x::INT, x::TEXT FROM t"),
+            "SELECT CAST(1 AS INT), 1::BIGINT AS \"?column?\", x::INT, x::TEXT AS \"?column?2\" FROM t"
         );
         // A call after the first item becomes a lateral derived table
         // (`crate::lateral`).

@@ -44,6 +44,7 @@ use stride_exec::QueryStats;
 
 use super::live::LiveQuery;
 use super::{command, QueryOutput, Session, StatementOutput};
+use crate::column_names::ColumnNames;
 use crate::error::{PlanKind, Result, SqlError};
 
 /// An open cursor: its query, running or paused until fetched from.
@@ -171,13 +172,14 @@ impl Session {
     }
 
     /// Opens cursor `name` over the query `plan` (bound, authorized) of
-    /// the statement `sql`.
+    /// the statement `sql`, its columns named `names`.
     pub(super) fn declare_cursor(
         &mut self,
         name: &str,
         hold: bool,
         plan: LogicalPlan,
         sql: &str,
+        names: Option<&ColumnNames>,
     ) -> Result<StatementOutput> {
         self.check_declare(hold)?;
         if self.cursors.contains_key(name) {
@@ -185,7 +187,7 @@ impl Session {
                 "cursor \"{name}\" already exists"
             )));
         }
-        let (output, opened) = self.opening(|s| s.dispatch(plan, sql, true));
+        let (output, opened) = self.opening(|s| s.dispatch(plan, sql, true, names));
         output?;
         let Some(live) = opened else {
             return Err(SqlError::plan(

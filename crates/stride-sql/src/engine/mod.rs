@@ -56,6 +56,7 @@ use stride_exec::QueryStats;
 use stride_storage::catalog::DEFAULT_SCHEMA;
 use stride_storage::Table;
 
+use crate::column_names::ColumnNames;
 use crate::context::{FunctionRegistry, PlannerContext, SourceOrigin, StrideTableSource};
 use crate::error::{PlanKind, Result, SqlError, UndefinedKind};
 use crate::interrupt::Interrupt;
@@ -771,8 +772,15 @@ impl Session {
     }
 
     /// Runs a bound statement; a query's result streams to the request's
-    /// receiver where `stream` (a statement's own result: not a cursor's).
-    fn dispatch(&mut self, plan: LogicalPlan, sql: &str, stream: bool) -> Result<StatementOutput> {
+    /// receiver where `stream` (a statement's own result: not a cursor's),
+    /// its columns named `names` (`crate::column_names`).
+    fn dispatch(
+        &mut self,
+        plan: LogicalPlan,
+        sql: &str,
+        stream: bool,
+        names: Option<&ColumnNames>,
+    ) -> Result<StatementOutput> {
         let start = Instant::now();
         match plan {
             LogicalPlan::Ddl(ddl) => {
@@ -798,7 +806,7 @@ impl Session {
             LogicalPlan::DescribeTable(_) => Err(SqlError::Unsupported("DESCRIBE".into())),
             query => self.logged(sql, |s| {
                 let optimized = s.optimize(query)?;
-                s.run_planned(&optimized, stream, start)
+                s.run_planned(&optimized, stream, start, names)
             }),
         }
     }

@@ -58,6 +58,7 @@ use stride_storage::Table;
 
 use super::literal_mask::{self, Literal, Masked};
 use super::{Session, StatementOutput};
+use crate::column_names::ColumnNames;
 use crate::context::StrideTableSource;
 use crate::error::{PlanKind, Result, SqlError};
 use crate::roles::RoleId;
@@ -431,7 +432,10 @@ impl Session {
             cache.hits.fetch_add(1, Ordering::Relaxed);
             entry.hits.fetch_add(1, Ordering::Relaxed);
         }
-        Through::Ran(self.run_bound(bound, sql, true, start))
+        // Named from the statement as written: the names hold no literal,
+        // so they are the same for every statement of the shape.
+        let names = ColumnNames::of_statement(stmt);
+        Through::Ran(self.run_bound(bound, sql, true, start, names.as_ref()))
     }
 
     /// The key of a query's text as written (parameters `$n` its own, no
@@ -516,11 +520,17 @@ impl Session {
         if masked.literals.iter().zip(&types).any(|(l, t)| !l.fits(t)) {
             return Ok(None);
         }
-        // A result column named after an expression that holds a masked
-        // literal (`SELECT id = 1`) would be named `… $1`: the client sees
-        // the name, so such shapes plan in full.
-        if bound
-            .schema()
+        // Result columns are named from the syntax (`crate::column_names`),
+        // which names no literal; but a wildcard's columns keep the plan's
+        // names, and one over a derived table's expression that holds a
+        // masked literal would be named `… $1`: the client sees the name,
+        // so such shapes plan in full.
+        let names = ColumnNames::of_statement(&masked.statement);
+        let described = match &names {
+            Some(names) => names.rename(bound.schema().as_arrow()),
+            None => Arc::new(bound.schema().as_arrow().clone()),
+        };
+        if described
             .fields()
             .iter()
             .any(|f| names_a_parameter(f.name()))
@@ -610,17 +620,19 @@ impl Session {
         }
     }
 
-    /// Runs a bound, optimized plan whose joins are still to be ordered.
+    /// Runs a bound, optimized plan whose joins are still to be ordered,
+    /// its result columns named `names`.
     pub(super) fn run_bound(
         &mut self,
         plan: LogicalPlan,
         sql: &str,
         stream: bool,
         start: Instant,
+        names: Option<&ColumnNames>,
     ) -> Result<StatementOutput> {
         self.logged(sql, |s| {
             let plan = super::bound_rules(plan)?;
-            s.run_planned(&plan, stream, start)
+            s.run_planned(&plan, stream, start, names)
         })
     }
 }

@@ -17,6 +17,7 @@ use super::plan_cache::CachedPlan;
 use super::set::show_schema;
 use super::txn::TxnOp;
 use super::{command, external, panic_text, reject_unsupported_syntax, Session, StatementOutput};
+use crate::column_names::ColumnNames;
 use crate::context::{SourceOrigin, StrideTableSource};
 use crate::error::{PlanKind, Result, SqlError, UndefinedKind};
 use crate::settings::SessionSettings;
@@ -48,8 +49,9 @@ enum PreparedKind {
     /// `CHECKPOINT`.
     Checkpoint,
     /// A bound statement and, where it may be kept (`plan_cache`), its
-    /// optimized plan: executions re-bind and lower that one.
-    Plan(LogicalPlan, Option<Arc<CachedPlan>>),
+    /// optimized plan: executions re-bind and lower that one; a query's
+    /// result columns' names (`crate::column_names`).
+    Plan(LogicalPlan, Option<Arc<CachedPlan>>, Option<ColumnNames>),
     /// `DEALLOCATE name` (`Some`) or `DEALLOCATE ALL`.
     Deallocate(Option<String>),
     /// `DISCARD ALL`: settings back to their defaults, every prepared
@@ -57,8 +59,12 @@ enum PreparedKind {
     DiscardAll,
     /// `CREATE` / `ALTER` / `DROP ROLE`, `GRANT`, `REVOKE`.
     Role(crate::roles::RoleStatement),
-    /// `DECLARE` (with its query's plan), `FETCH`, `CLOSE`.
-    Cursor(super::cursor::CursorStatement, Option<LogicalPlan>),
+    /// `DECLARE` (with its query's plan and result columns' names),
+    /// `FETCH`, `CLOSE`.
+    Cursor(
+        super::cursor::CursorStatement,
+        Option<(LogicalPlan, ColumnNames)>,
+    ),
     /// `ALTER TABLE … SET (placement = …)`.
     Place(super::place::PlaceStatement),
     /// `COPY`, its text in [`Prepared::sql`]: run as a simple query runs it,
@@ -133,6 +139,8 @@ impl Session {
 
     pub(super) fn prepare_statement(&mut self, stmt: DFStatement) -> Result<Prepared> {
         let sql = stmt.to_string();
+        // Named as written, before any rewriting.
+        let names = ColumnNames::of_statement(&stmt);
         let stmt = super::insert_source::rewrite(stmt)?;
         if let DFStatement::Statement(s) = &stmt {
             if let SqlStatement::ShowVariable { variable } = s.as_ref() {
@@ -214,7 +222,11 @@ impl Session {
                 let (statement, query) = cursor?;
                 let (plan, param_types, schema) = match (&statement, query) {
                     (_, Some(query)) => {
-                        let plan = self.to_logical(DFStatement::Statement(Box::new(query)))?;
+                        let query = DFStatement::Statement(Box::new(query));
+                        let names = ColumnNames::of_statement(&query).ok_or_else(|| {
+                            SqlError::Internal("DECLARE without its query".into())
+                        })?;
+                        let plan = self.to_logical(query)?;
                         let plan = crate::integers::widen_integer_sums(plan)?;
                         let mut types = plan.get_parameter_types()?;
                         let count = types
@@ -225,7 +237,7 @@ impl Session {
                         let param_types = (1..=count)
                             .map(|i| types.remove(&format!("${i}")).flatten())
                             .collect();
-                        (Some(plan), param_types, None)
+                        (Some((plan, names)), param_types, None)
                     }
                     (super::cursor::CursorStatement::Fetch { name, .. }, None) => {
                         (None, Vec::new(), self.cursor_schema(name))
@@ -270,8 +282,8 @@ impl Session {
             if let Some(cached) = self.cached_text(key) {
                 return Ok(Prepared {
                     param_types: cached.param_types.iter().cloned().map(Some).collect(),
-                    schema: Some(Arc::new(cached.bound.schema().as_arrow().clone())),
-                    kind: PreparedKind::Plan(cached.bound.clone(), Some(cached)),
+                    schema: Some(described(&cached.bound, names.as_ref())),
+                    kind: PreparedKind::Plan(cached.bound.clone(), Some(cached), names),
                     sql,
                 });
             }
@@ -285,7 +297,7 @@ impl Session {
                 DataType::Utf8,
                 false,
             )]))),
-            query => Some(Arc::new(query.schema().as_arrow().clone())),
+            query => Some(described(query, names.as_ref())),
         };
         // Optimized now, once, unless the plan may not be kept; an
         // optimizer error is reported by the execution that plans in full.
@@ -299,7 +311,7 @@ impl Session {
             self.remember_text(key, cached, start.elapsed());
         }
         Ok(Prepared {
-            kind: PreparedKind::Plan(plan, cached.map(Arc::new)),
+            kind: PreparedKind::Plan(plan, cached.map(Arc::new), names),
             param_types,
             schema,
             sql,
@@ -399,10 +411,10 @@ impl Session {
             PreparedKind::Cursor(statement, plan) => {
                 use super::cursor::CursorStatement;
                 match (statement, plan) {
-                    (CursorStatement::Declare { name, hold }, Some(plan)) => {
+                    (CursorStatement::Declare { name, hold }, Some((plan, names))) => {
                         self.check_declare(*hold)?;
                         let plan = self.bind_for_execution(plan, params)?;
-                        self.declare_cursor(name, *hold, plan, &prepared.sql)
+                        self.declare_cursor(name, *hold, plan, &prepared.sql, Some(names))
                     }
                     (CursorStatement::Fetch { name, count }, _) => self.fetch(name, *count),
                     (CursorStatement::Close(name), _) => self.close_cursor(name.as_deref()),
@@ -452,7 +464,7 @@ impl Session {
                     Ok(command(tag))
                 })
             }
-            PreparedKind::Plan(plan, cached) => {
+            PreparedKind::Plan(plan, cached, names) => {
                 // A block reads the catalog as of its first statement.
                 self.take_snapshot();
                 if let Some(cached) = cached {
@@ -465,11 +477,11 @@ impl Session {
                         let start = std::time::Instant::now();
                         let bound = self.bind_cached(cached, params)?;
                         self.authorize(&cached.bound)?;
-                        return self.run_bound(bound, &prepared.sql, true, start);
+                        return self.run_bound(bound, &prepared.sql, true, start, names.as_ref());
                     }
                 }
                 let plan = self.bind_for_execution(plan, params)?;
-                self.dispatch(plan, &prepared.sql, true)
+                self.dispatch(plan, &prepared.sql, true, names.as_ref())
             }
         }
     }
@@ -537,6 +549,14 @@ impl Session {
         })
         .map(|t| t.data)
         .map_err(SqlError::from)
+    }
+}
+
+/// The columns a bound query describes: its plan's, named `names`.
+fn described(plan: &LogicalPlan, names: Option<&ColumnNames>) -> SchemaRef {
+    match names {
+        Some(names) => names.rename(plan.schema().as_arrow()),
+        None => Arc::new(plan.schema().as_arrow().clone()),
     }
 }
 

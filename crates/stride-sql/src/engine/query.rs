@@ -14,6 +14,7 @@ use datafusion_expr::{Expr, LogicalPlan};
 use super::live::LiveQuery;
 use super::stream::Destination;
 use super::{external, QueryOutput, Session, StatementOutput};
+use crate::column_names::ColumnNames;
 use crate::error::{PlanKind, Result, SqlError};
 use crate::lower::Lowerer;
 
@@ -42,12 +43,14 @@ impl Session {
     }
 
     /// Runs a statement's optimized plan, its result streamed to the
-    /// request's receiver where `stream`; its planning counted from `start`.
+    /// request's receiver where `stream`; its planning counted from `start`;
+    /// its result columns named `names` (the statement's syntax's).
     pub(super) fn run_planned(
         &self,
         plan: &LogicalPlan,
         stream: bool,
         start: Instant,
+        names: Option<&ColumnNames>,
     ) -> Result<StatementOutput> {
         self.interrupt.check()?;
         let planning = start.elapsed();
@@ -57,32 +60,37 @@ impl Session {
             Some(receiver) => Destination::Stream(receiver),
             None => Destination::Collect,
         };
-        let mut out = self.run_query_to(plan, to)?;
+        let mut out = self.run_query_to(plan, to, names)?;
         out.planning += planning;
         Ok(StatementOutput::Query(out))
     }
 
     /// Runs an optimized query plan: scalar subqueries first, then the plan.
     pub fn run_query(&self, plan: &LogicalPlan) -> Result<QueryOutput> {
-        self.run_query_to(plan, Destination::Collect)
+        self.run_query_to(plan, Destination::Collect, None)
     }
 
     /// As [`Session::run_query`]; with a receiver, the result is streamed
     /// to it while the query runs (`crate::engine::stream`) and the output
     /// holds no batches, only how many rows were streamed; opened, the
     /// query is kept running for later fetches (`crate::engine::live`) and
-    /// the output holds neither.
+    /// the output holds neither. `names`: the result columns' names as
+    /// PostgreSQL gives them (a statement's own query), else the plan's.
     pub(super) fn run_query_to(
         &self,
         plan: &LogicalPlan,
         to: Destination<'_>,
+        names: Option<&ColumnNames>,
     ) -> Result<QueryOutput> {
         let start = Instant::now();
         let plan = self.substitute_subqueries(plan.clone())?;
         self.interrupt.check()?;
         let physical = Lowerer::with_scan(self.scan_placement()).lower(&plan)?;
         let planning = start.elapsed();
-        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let schema: SchemaRef = match names {
+            Some(names) => names.rename(plan.schema().as_arrow()),
+            None => Arc::new(plan.schema().as_arrow().clone()),
+        };
         let exec_start = Instant::now();
         let runtime = self.engine.runtime();
         let key = crate::history::key(runtime.history(), &physical, &plan);
