@@ -47,9 +47,11 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{Schema, SchemaRef};
+
+use crate::pg_compat::folded;
 use datafusion_sql::parser::Statement as DFStatement;
 use datafusion_sql::sqlparser::ast::{
-    AccessExpr, ArrayElemTypeDef, Cte, DataType, ExactNumberInfo, Expr, Ident, JoinConstraint,
+    AccessExpr, ArrayElemTypeDef, Cte, DataType, ExactNumberInfo, Expr, JoinConstraint,
     JoinOperator, ObjectName, ObjectNamePart, Query, Select, SelectItem,
     SelectItemQualifiedWildcardKind, SetExpr, Statement as SqlStatement, TableFactor,
     TableWithJoins, TimezoneInfo, TrimWhereField, Value, WildcardAdditionalOptions,
@@ -193,20 +195,10 @@ pub fn figure_colname(expr: &Expr) -> String {
     figure(expr, &Vec::new()).map_or_else(|| UNNAMED.to_string(), |(name, _)| name)
 }
 
-/// An identifier as the binder reads it: lower-cased (ASCII only, as
-/// PostgreSQL and DataFusion fold names) unless quoted.
-fn ident(i: &Ident) -> String {
-    if i.quote_style.is_some() {
-        i.value.clone()
-    } else {
-        i.value.to_ascii_lowercase()
-    }
-}
-
 /// The last part of a qualified name, folded.
 fn last_name(name: &ObjectName) -> Option<String> {
     match name.0.last()? {
-        ObjectNamePart::Identifier(i) => Some(ident(i)),
+        ObjectNamePart::Identifier(i) => Some(folded(i)),
         other => Some(other.to_string().to_ascii_lowercase()),
     }
 }
@@ -241,7 +233,7 @@ fn select_slots<'a>(select: &'a Select, scope: &Scope<'a>) -> Vec<Slot> {
             SelectItem::UnnamedExpr(e) => slots.push(Slot::Name(
                 figure(e, scope).map_or_else(|| UNNAMED.to_string(), |(name, _)| name),
             )),
-            SelectItem::ExprWithAlias { alias, .. } => slots.push(Slot::Name(ident(alias))),
+            SelectItem::ExprWithAlias { alias, .. } => slots.push(Slot::Name(folded(alias))),
             SelectItem::Wildcard(options) if plain(options) => {
                 for from in &select.from {
                     slots.extend(from_slots(from, scope));
@@ -314,11 +306,11 @@ fn from_slots<'a>(from: &'a TableWithJoins, scope: &Scope<'a>) -> Vec<Slot> {
 fn factor_name(factor: &TableFactor) -> Option<String> {
     match factor {
         TableFactor::Table { name, alias, .. } => match alias {
-            Some(alias) => Some(ident(&alias.name)),
+            Some(alias) => Some(folded(&alias.name)),
             None => last_name(name),
         },
         TableFactor::Derived { alias, .. } | TableFactor::NestedJoin { alias, .. } => {
-            alias.as_ref().map(|a| ident(&a.name))
+            alias.as_ref().map(|a| folded(&a.name))
         }
         _ => None,
     }
@@ -338,13 +330,13 @@ fn factor_slots<'a>(factor: &'a TableFactor, scope: &Scope<'a>) -> Vec<Slot> {
             let [ObjectNamePart::Identifier(table)] = name.0.as_slice() else {
                 return vec![Slot::Expand];
             };
-            let table = ident(table);
+            let table = folded(table);
             // The innermost definition of the name; the query of a common
             // table expression sees only those defined before it, which is
             // what its own scope would hold (a prefix of this one).
             let Some(at) = scope
                 .iter()
-                .rposition(|cte| ident(&cte.alias.name) == table)
+                .rposition(|cte| folded(&cte.alias.name) == table)
             else {
                 return vec![Slot::Expand];
             };
@@ -367,12 +359,12 @@ fn factor_slots<'a>(factor: &'a TableFactor, scope: &Scope<'a>) -> Vec<Slot> {
 fn figure(expr: &Expr, scope: &Scope<'_>) -> Option<(String, Strength)> {
     let strong = |name: &str| Some((name.to_string(), Strength::Strong));
     match expr {
-        Expr::Identifier(i) => Some((ident(i), Strength::Strong)),
-        Expr::CompoundIdentifier(parts) => parts.last().map(|i| (ident(i), Strength::Strong)),
+        Expr::Identifier(i) => Some((folded(i), Strength::Strong)),
+        Expr::CompoundIdentifier(parts) => parts.last().map(|i| (folded(i), Strength::Strong)),
         Expr::CompoundFieldAccess { root, access_chain } => {
             let field = access_chain.iter().rev().find_map(|a| match a {
-                AccessExpr::Dot(Expr::Identifier(i)) => Some(ident(i)),
-                AccessExpr::Dot(Expr::CompoundIdentifier(parts)) => parts.last().map(ident),
+                AccessExpr::Dot(Expr::Identifier(i)) => Some(folded(i)),
+                AccessExpr::Dot(Expr::CompoundIdentifier(parts)) => parts.last().map(folded),
                 _ => None,
             });
             match field {

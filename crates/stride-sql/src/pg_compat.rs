@@ -406,8 +406,9 @@ fn output_key(e: &Expr) -> String {
     }
 }
 
-/// An identifier as the binder folds it: lower-cased unless quoted.
-fn folded(i: &Ident) -> String {
+/// An identifier as the binder folds it: lower-cased (ASCII only, as
+/// PostgreSQL and DataFusion fold names) unless quoted.
+pub(crate) fn folded(i: &Ident) -> String {
     if i.quote_style.is_some() {
         i.value.clone()
     } else {
