@@ -11,6 +11,15 @@
 //!   … after the last conjunct: filter by the running mask, if any
 //! ```
 //!
+//! Before that, the conjuncts that read one column and literals only
+//! (`l_shipdate >= DATE '1994-01-01'`, `l_shipmode IN ('AIR', 'MAIL')`,
+//! ORs of ranges) are merged per column into the set of values they
+//! accept and tested in one pass over the column each ([`column_test`],
+//! [`kernel`]), on the whole batch: each pass only keeps rows the passes
+//! before kept, so no batch is copied until the rest of the conjuncts
+//! run. Such a conjunct cannot fail, so running it first changes no
+//! answer and no error.
+//!
 //! A row that one conjunct rejected is never filtered back in, so no mask is
 //! scattered back to the full batch (what evaluating the whole `AND` tree
 //! as one expression does where its left side is selective), and later
@@ -25,9 +34,15 @@ use arrow::compute::{filter_record_batch, prep_null_mask_filter};
 use arrow::datatypes::DataType;
 use datafusion_physical_expr::utils::split_conjunction;
 
+use self::column_test::CompiledConjunct;
 use super::{Emit, Operator};
 use crate::error::{ExecError, Result};
 use crate::plan::ExprRef;
+
+mod column_test;
+#[cfg(test)]
+mod compiled_tests;
+mod kernel;
 
 /// A running mask that keeps fewer than this share of the rows is applied
 /// to the batch before the next conjunct is evaluated: filtering the batch
@@ -37,17 +52,49 @@ const NARROW_BELOW: f64 = 0.5;
 #[derive(Debug)]
 pub struct FilterOperator {
     predicate: ExprRef,
-    /// The predicate's top-level conjuncts, in the predicate's order.
+    /// The top-level conjuncts over one column and literals, merged per
+    /// column.
+    column_tests: Vec<CompiledConjunct>,
+    /// The other top-level conjuncts, in the predicate's order.
     conjuncts: Vec<ExprRef>,
 }
 
 impl FilterOperator {
     pub fn new(predicate: ExprRef) -> Self {
         let conjuncts = split_conjunction(&predicate).into_iter().cloned().collect();
+        let (column_tests, conjuncts) = column_test::partition(conjuncts);
         FilterOperator {
             predicate,
+            column_tests,
             conjuncts,
         }
+    }
+
+    fn apply(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let mut running: Option<BooleanArray> = None;
+        for compiled in &self.column_tests {
+            let alive = running.as_ref().map(BooleanArray::values);
+            let column = batch.column(compiled.test.column);
+            let mask = match kernel::evaluate(&compiled.test, column.as_ref(), alive) {
+                Some(mask) => mask,
+                None => {
+                    let mut mask = running.clone();
+                    for expr in &compiled.exprs {
+                        let next = mask_of(expr, &batch)?;
+                        mask = Some(match mask {
+                            None => next,
+                            Some(before) => and(&before, &next)?,
+                        });
+                    }
+                    mask.expect("a compiled conjunct stands for at least one expression")
+                }
+            };
+            if mask.true_count() == 0 {
+                return Ok(batch.slice(0, 0));
+            }
+            running = Some(mask);
+        }
+        apply_conjuncts(&self.conjuncts, batch, running)
     }
 }
 
@@ -68,11 +115,15 @@ fn mask_of(conjunct: &ExprRef, batch: &RecordBatch) -> Result<BooleanArray> {
     })
 }
 
-/// Keeps the rows of `batch` for which every conjunct is true, narrowing
-/// the batch between conjuncts (see the module docs).
-fn apply_conjuncts(conjuncts: &[ExprRef], batch: RecordBatch) -> Result<RecordBatch> {
+/// Keeps the rows of `batch` for which `running` (if any) and every
+/// conjunct are true, narrowing the batch between conjuncts (see the
+/// module docs).
+fn apply_conjuncts(
+    conjuncts: &[ExprRef],
+    batch: RecordBatch,
+    mut running: Option<BooleanArray>,
+) -> Result<RecordBatch> {
     let mut rows = batch;
-    let mut running: Option<BooleanArray> = None;
     for conjunct in conjuncts {
         if let Some(mask) = &running {
             if (mask.true_count() as f64) < NARROW_BELOW * rows.num_rows() as f64 {
@@ -114,11 +165,20 @@ fn apply_conjuncts(conjuncts: &[ExprRef], batch: RecordBatch) -> Result<RecordBa
 
 impl Operator for FilterOperator {
     fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
-        emit(apply_conjuncts(&self.conjuncts, batch)?).map(drop)
+        emit(self.apply(batch)?).map(drop)
     }
 
     fn name(&self) -> String {
-        format!("filter {}", self.predicate)
+        let mut name = format!("filter {}", self.predicate);
+        if !self.column_tests.is_empty() {
+            let tests: Vec<String> = self
+                .column_tests
+                .iter()
+                .map(|c| c.test.to_string())
+                .collect();
+            name.push_str(&format!(" (one pass each: {})", tests.join(", ")));
+        }
+        name
     }
 }
 
@@ -195,10 +255,14 @@ mod tests {
                 .unwrap();
             let expected =
                 filter_record_batch(&b, &prep_null_mask_filter(mask.as_boolean())).unwrap();
-            let got = apply_conjuncts(&parts, b.clone()).unwrap();
+            let got = apply_conjuncts(&parts, b.clone(), None).unwrap();
             assert_eq!(values(&got), values(&expected), "{whole}");
             let op = FilterOperator::new(whole.clone());
-            assert_eq!(op.conjuncts.len(), parts.len());
+            // Every conjunct here compares `x` with a literal: all merge
+            // into one compiled test, which the operator runs.
+            assert!(op.conjuncts.is_empty());
+            assert_eq!(op.column_tests.len(), 1);
+            assert_eq!(op.column_tests[0].exprs.len(), parts.len());
             let mut out = Vec::new();
             op.process(b.clone(), 0, &mut |o| {
                 out.push(o);
@@ -210,7 +274,7 @@ mod tests {
         }
         let empty = b.slice(0, 0);
         let parts = vec![cmp(&b, Op::Gt, 1), cmp(&b, Op::Lt, 5)];
-        assert_eq!(apply_conjuncts(&parts, empty).unwrap().num_rows(), 0);
+        assert_eq!(apply_conjuncts(&parts, empty, None).unwrap().num_rows(), 0);
     }
 
     /// `x <> 0 AND 100 / x > 5` with a zero among many other values: the
@@ -231,18 +295,18 @@ mod tests {
             binary(hundred_by_x, Op::Gt, lit(5i64), &b.schema()).unwrap()
         };
         let guarded = vec![cmp(&b, Op::NotEq, 0), div()];
-        let got = apply_conjuncts(&guarded, b.clone()).unwrap();
+        let got = apply_conjuncts(&guarded, b.clone(), None).unwrap();
         // Integer division: 100 / 16 = 6 > 5, 100 / 17 = 5.
         assert_eq!(values(&got), (1..17).map(Some).collect::<Vec<_>>());
-        assert!(apply_conjuncts(&[div()], b.clone()).is_err());
-        assert!(apply_conjuncts(&[cmp(&b, Op::GtEq, 0), div()], b.clone()).is_err());
+        assert!(apply_conjuncts(&[div()], b.clone(), None).is_err());
+        assert!(apply_conjuncts(&[cmp(&b, Op::GtEq, 0), div()], b.clone(), None).is_err());
     }
 
     #[test]
     fn a_predicate_that_is_not_boolean_is_an_internal_error() {
         let b = batch(vec![Some(1)]);
         let not_boolean = col("x", &b.schema()).unwrap();
-        let err = apply_conjuncts(&[not_boolean], b).unwrap_err();
+        let err = apply_conjuncts(&[not_boolean], b, None).unwrap_err();
         assert!(matches!(err, ExecError::Internal(_)), "{err}");
     }
 }
