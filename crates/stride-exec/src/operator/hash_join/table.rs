@@ -280,6 +280,10 @@ pub enum Walk {
 /// time, each load waits on the last).
 const GROUP: usize = 32;
 
+/// Tables of at most this many buckets (64 KiB of them, for up to 8 Ki
+/// build rows) are walked row by row, without the group's prefetch passes.
+pub(super) const CACHE_RESIDENT_BUCKETS: usize = 1 << 14;
+
 /// One walk of probe rows against a table, appending to `p` and `b`.
 struct Chains<'a> {
     table: &'a JoinHashTable,
@@ -308,6 +312,27 @@ impl Chains<'_> {
             if cursor.next.is_some() {
                 return cursor;
             }
+        }
+        if t.heads.len() <= CACHE_RESIDENT_BUCKETS {
+            // A small table: its buckets, links and keys stay in cache, so
+            // there is no miss for prefetching to overlap, only the passes'
+            // bookkeeping to save.
+            while cursor.row < rows {
+                let i = cursor.row;
+                if self.p.len() >= self.budget {
+                    return cursor;
+                }
+                let head = if is_null(i) {
+                    0
+                } else {
+                    t.heads[(hash(i) & t.mask) as usize].load(Ordering::Relaxed)
+                };
+                cursor = self.chain(i, head, &eq);
+                if cursor.next.is_some() {
+                    return cursor;
+                }
+            }
+            return cursor;
         }
         let mut buckets = [0usize; GROUP];
         let mut heads = [0u32; GROUP];

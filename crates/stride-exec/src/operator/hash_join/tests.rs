@@ -378,9 +378,16 @@ fn reference_nulls(keys: &Keys, rows: usize) -> usize {
 
 /// Every walk, resumed chunk by chunk with small budgets, finds exactly the
 /// pairs a nested loop over the keys finds (NULL keys match nothing), for
-/// each key encoding, at probe sizes around the walk's row groups.
+/// each key encoding, at probe sizes around the walk's row groups, on a
+/// table walked row by row (cache-resident) and on one walked in groups.
 #[test]
 fn every_walk_finds_the_pairs_of_a_nested_loop() {
+    for (build_rows, distinct) in [(300, 11), (9000, 3001)] {
+        walks_match_a_nested_loop(build_rows, distinct);
+    }
+}
+
+fn walks_match_a_nested_loop(build_rows: usize, distinct: usize) {
     use arrow::array::StringArray;
     // Keys: `row % distinct`, with every 7th row NULL.
     let ints = |n: usize, distinct: usize| -> ArrayRef {
@@ -400,7 +407,7 @@ fn every_walk_finds_the_pairs_of_a_nested_loop() {
         for use_strings in [false, true] {
             let make: &dyn Fn(usize, usize) -> ArrayRef =
                 if use_strings { &strings } else { &ints };
-            let build_cols = columns(300, 11, make);
+            let build_cols = columns(build_rows, distinct, make);
             let types: Vec<DataType> = build_cols.iter().map(|c| c.data_type().clone()).collect();
             let encoder = KeyEncoder::new(types, false).unwrap();
             let fields: Vec<Field> = build_cols
@@ -413,15 +420,20 @@ fn every_walk_finds_the_pairs_of_a_nested_loop() {
             let build = encoder.encode(build_cols).unwrap();
             let t = JoinHashTable::linked(
                 batch,
-                encoder.encode(columns(300, 11, make)).unwrap(),
+                encoder.encode(columns(build_rows, distinct, make)).unwrap(),
                 false,
             )
             .unwrap();
+            assert_eq!(
+                t.heads.len() <= super::table::CACHE_RESIDENT_BUCKETS,
+                build_rows < 1000,
+                "each walk is tested"
+            );
             for probe_rows in [0, 1, 31, 32, 33, 64, 100] {
                 let probe = encoder.encode(columns(probe_rows, 13, make)).unwrap();
                 let mut want: Vec<(u32, u32)> = Vec::new();
                 for i in 0..probe_rows {
-                    for j in 0..300 {
+                    for j in 0..build_rows {
                         if !probe.is_null(i) && !build.is_null(j) && probe.eq(i, &build, j) {
                             want.push((i as u32, j as u32));
                         }
