@@ -121,6 +121,14 @@ const QUERIES: &[&str] = &[
     "select name from pc where id = 1 and name = 'apple'",
     "select name from pc where id = 1 and name = 'banana'",
     "select name from pc where id = 1 or name = 'banana'",
+    // Equal literals share one parameter: compared with columns of one
+    // type, or of two (then the shape does not bind and plans in full).
+    "select name from pc where (id = 2 and name in ('banana', 'apple')) or (id = 1 and name in ('banana', 'apple'))",
+    "select name from pc where (id = 3 and name in ('cherry', 'apple')) or (id = 1 and name in ('cherry', 'apple'))",
+    "select name from pc where id = 2 and qty = 2",
+    "select name from pc where id = 2 or big = 2",
+    "select name from pc where d < '1995-03-15' or name = '1995-03-15'",
+    "select name from pc where id = 2 or qty = 2.0",
     // Constant expressions: masked whole, computed by DataFusion at each
     // execution, converted only where exact.
     "select name from pc where d < date '1995-01-31' + interval '1' month",
