@@ -90,6 +90,24 @@ pub(super) fn mask(stmt: &DFStatement) -> Option<Masked> {
     if has_parameter.is_break() {
         return None;
     }
+    // Columns with two or more IN lists keep their lists' values in the
+    // text: DataFusion's simplifier intersects `c IN (…) AND c IN (…)` and
+    // subtracts `c NOT IN (…)` by comparing the items as expressions, so
+    // two parameters that will hold equal values would count as different
+    // (`i IN ($1, $2) AND i IN ($3, $4)` folds to false even when $2 = $3).
+    let mut in_lists: Vec<String> = Vec::new();
+    let _ = visit_expressions(s.as_ref(), |e| {
+        if let Expr::InList { expr, .. } = e {
+            if is_column(expr) {
+                in_lists.push(column_key(expr));
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    let repeated_in = |expr: &Expr| {
+        let key = column_key(expr);
+        in_lists.iter().filter(|k| **k == key).count() > 1
+    };
     let mut statement: Statement = s.as_ref().clone();
     let mut literals = Vec::new();
     let _ = visit_expressions_mut(&mut statement, |e| {
@@ -107,7 +125,7 @@ pub(super) fn mask(stmt: &DFStatement) -> Option<Masked> {
                 mask_one(low, &mut literals);
                 mask_one(high, &mut literals);
             }
-            Expr::InList { expr, list, .. } if is_column(expr) => {
+            Expr::InList { expr, list, .. } if is_column(expr) && !repeated_in(expr) => {
                 for item in list {
                     mask_one(item, &mut literals);
                 }
@@ -149,6 +167,19 @@ fn is_comparison(op: &BinaryOperator) -> bool {
             | BinaryOperator::Gt
             | BinaryOperator::GtEq
     )
+}
+
+/// A column reference by its last name part, case folded: two references
+/// that may be the same column have the same key (others may too).
+fn column_key(e: &Expr) -> String {
+    match e {
+        Expr::Identifier(ident) => ident.value.to_lowercase(),
+        Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .map(|ident| ident.value.to_lowercase())
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
 }
 
 fn is_column(e: &Expr) -> bool {
@@ -619,7 +650,7 @@ mod tests {
     #[test]
     fn equal_strings_share_a_parameter_and_the_sharing_is_part_of_the_shape() {
         let m = masked(
-            "select * from t where (a in ('x', 'y') and b = 1) or (a in ('x', 'y') and b = 2) \
+            "select * from t where (a in ('x', 'y') and b = 1) or (e = 'x' and f = 'y' and b = 2) \
              or c < date '1994-01-01' or d >= date '1994-01-01'",
         )
         .unwrap();
@@ -636,20 +667,20 @@ mod tests {
         assert_eq!(constants(&m), ["DATE '1994-01-01'", "DATE '1994-01-01'"]);
         let shared = text(&m);
         assert!(
-            shared.contains("a IN ($1, $2) AND b = $3) OR (a IN ($1, $2) AND b = $4)"),
+            shared.contains("a IN ($1, $2) AND b = $3) OR (e = $1 AND f = $2 AND b = $4)"),
             "{shared}"
         );
         assert!(shared.contains("c < $5 OR d >= $6"), "{shared}");
         // Other values, shared alike: the same shape.
         let other = masked(
-            "select * from t where (a in ('p', 'q') and b = 7) or (a in ('p', 'q') and b = 8) \
+            "select * from t where (a in ('p', 'q') and b = 7) or (e = 'p' and f = 'q' and b = 8) \
              or c < date '1995-01-01' or d >= date '1995-01-01'",
         )
         .unwrap();
         assert_eq!(m.shape, other.shape);
         // Values shared in other places: another shape.
         let apart = masked(
-            "select * from t where (a in ('x', 'y') and b = 1) or (a in ('x', 'z') and b = 2) \
+            "select * from t where (a in ('x', 'y') and b = 1) or (e = 'x' and f = 'z' and b = 2) \
              or c < date '1994-01-01' or d >= date '1994-01-01'",
         )
         .unwrap();
@@ -665,6 +696,20 @@ mod tests {
             masked("select * from t where b <= 13 or e >= 14")
                 .unwrap()
                 .shape
+        );
+    }
+
+    #[test]
+    fn a_column_with_two_in_lists_keeps_their_values_in_the_text() {
+        let m = masked(
+            "select * from t where i in (1, 2, 10) and t.I in (2, 10, 30) and j in (4, 5) \
+             and k not in (1) and k in (2)",
+        )
+        .unwrap();
+        assert_eq!(
+            text(&m),
+            "SELECT * FROM t WHERE i IN (1, 2, 10) AND t.I IN (2, 10, 30) AND j IN ($1, $2) \
+             AND k NOT IN (1) AND k IN (2)"
         );
     }
 
