@@ -169,14 +169,15 @@ fn is_comparison(op: &BinaryOperator) -> bool {
     )
 }
 
-/// A column reference by its last name part, case folded: two references
-/// that may be the same column have the same key (others may too).
+/// A column reference by its last name part, folded as the binder folds
+/// it: two references that may be the same column have the same key
+/// (others may too).
 fn column_key(e: &Expr) -> String {
     match e {
-        Expr::Identifier(ident) => ident.value.to_lowercase(),
+        Expr::Identifier(ident) => crate::pg_compat::folded(ident),
         Expr::CompoundIdentifier(parts) => parts
             .last()
-            .map(|ident| ident.value.to_lowercase())
+            .map(crate::pg_compat::folded)
             .unwrap_or_default(),
         _ => String::new(),
     }
