@@ -217,6 +217,7 @@ fn queries_table(log: &QueryLog, viewer: Viewer) -> Result<Table> {
         f("avg_morsel_tuples", DataType::Float64),
         f("min_morsel_tuples", DataType::Int64),
         f("max_morsel_tuples", DataType::Int64),
+        f("suspended_morsels", DataType::Int64),
         f("task_set_cpu_ms", DataType::Utf8),
         f("policy", DataType::Utf8),
         f("user_priority", DataType::Float64),
@@ -307,6 +308,10 @@ fn queries_table(log: &QueryLog, viewer: Viewer) -> Result<Table> {
         Arc::new(Int64Array::from_iter(rows.iter().map(|r| {
             (done(r) && r.stats.morsels > 0).then_some(r.stats.morsel_tuples_max as i64)
         }))),
+        Arc::new(Int64Array::from_iter(
+            rows.iter()
+                .map(|r| done(r).then_some(r.stats.suspended_morsels as i64)),
+        )),
         // CPU milliseconds per task set, in order: "1.2 0.4 …".
         Arc::new(StringArray::from_iter(rows.iter().map(|r| {
             done(r).then(|| {

@@ -32,6 +32,7 @@ impl StatementStats {
         a.cpu_time += o.cpu_time;
         a.finalize_time += o.finalize_time;
         a.tasks += o.tasks;
+        a.suspended_morsels += o.suspended_morsels;
         a.memory_peak = a.memory_peak.max(o.memory_peak);
         a.spilled_bytes += o.spilled_bytes;
         a.morsels += o.morsels;

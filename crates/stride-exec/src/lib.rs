@@ -57,6 +57,7 @@ pub mod source;
 pub mod spill;
 pub mod step;
 pub mod stream;
+pub mod suspend;
 
 pub use cancel::Canceller;
 pub use error::{ErrorKind, ExecError, Result};

@@ -7,8 +7,10 @@
 //! pipelines whose results it reads, which is the order the scheduler runs the
 //! task sets of the query's resource group.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use stride_sched::{FinalizeContext, FollowUps, TaskContext, TaskError, TaskOutcome, TaskSetWork};
@@ -23,12 +25,13 @@ use crate::operator::limit::LimitSink;
 use crate::operator::materialize::MaterializeSink;
 use crate::operator::projection::ProjectionOperator;
 use crate::operator::sort::SortSink;
-use crate::operator::{Deferred, Demand, Operator, Sink};
+use crate::operator::{Deferred, Demand, Operator, Resume, Sink};
 use crate::placed_source::{PlacedSource, ScanOrder};
 use crate::plan::PhysicalPlan;
 use crate::seq::MorselSeq;
 use crate::source::{BlockSource, Blocks, Morsel, Source, Taken};
 use crate::step::StepTaskSet;
+use crate::suspend::{after_chunk, suspendable, AtDry, Continuation, Driven, Frame, Suspended};
 
 /// One pipeline, run as one task set.
 #[derive(Debug)]
@@ -45,6 +48,11 @@ pub struct Pipeline {
     input: Option<u32>,
     /// What its finalization does once the source finished.
     then: Then,
+    /// Per operator: whether a task may stop inside a morsel after it
+    /// emitted a chunk ([`crate::suspend`]).
+    suspendable: Vec<bool>,
+    /// Morsels tasks stopped inside, waiting for a later task.
+    suspended: Suspended,
 }
 
 /// The table scan a pipeline's source was compiled from.
@@ -100,39 +108,66 @@ enum Finishing {
 
 impl Pipeline {
     /// Pushes `batch` through the operators from the `op`-th on into the
-    /// sink. An operator may emit several batches for one input (a join's
-    /// bounded chunks); each goes on at once, so that only one chunk per
-    /// operator is alive at a time. Between chunks the query's cancel flag
-    /// is checked (`stop`): once set, every operator is told it has
-    /// produced enough, so that a cancel lands inside a morsel whose rows
-    /// each produce millions of rows.
+    /// sink — the `op`-th going on from `from` when it was suspended
+    /// inside `batch`. An operator may emit several batches for one input
+    /// (a join's bounded chunks); each goes on at once, so that only one
+    /// chunk per operator is alive at a time. Between chunks the query's
+    /// cancel flag is checked (`run.stop`): once set, every operator is
+    /// told it has produced enough, so that a cancel lands inside a morsel
+    /// whose rows each produce millions of rows. After a chunk of a
+    /// suspendable operator the task may ask to stop (`run.suspend`): the
+    /// operators stop where they are, their [`Frame`]s go to
+    /// `run.recorded` (innermost first), and [`Demand::Suspend`] comes back.
     fn push(
         &self,
+        run: &MorselRun<'_>,
         op: usize,
         seq: MorselSeq,
-        chunks: &Cell<u32>,
         batch: RecordBatch,
-        worker: usize,
-        stop: &dyn Fn() -> bool,
+        from: Option<Resume>,
     ) -> Result<Demand> {
         if batch.num_rows() == 0 {
             return Ok(Demand::More);
         }
         match self.operators.get(op) {
             Some(operator) => {
-                operator.process(batch, worker, &mut |out| {
-                    if stop() {
-                        return Ok(Demand::Enough);
+                let suspendable = self.suspendable.get(op).copied().unwrap_or(false);
+                let mut inner_suspended = false;
+                let resume = {
+                    let mut emit = |out| {
+                        if (run.stop)() {
+                            return Ok(Demand::Enough);
+                        }
+                        let demand = self.push(run, op + 1, seq, out, None)?;
+                        inner_suspended |= demand == Demand::Suspend;
+                        Ok(after_chunk(demand, suspendable, run.suspend))
+                    };
+                    if suspendable {
+                        operator.process_resumable(&batch, from, run.worker, &mut emit)?
+                    } else {
+                        operator.process(batch.clone(), run.worker, &mut emit)?;
+                        None
                     }
-                    self.push(op + 1, seq, chunks, out, worker, stop)
-                })?;
+                };
+                if let Some(resume) = resume {
+                    run.recorded.borrow_mut().push_back(Frame {
+                        op,
+                        seq,
+                        batch,
+                        resume,
+                    });
+                    return Ok(Demand::Suspend);
+                }
+                if inner_suspended {
+                    return Ok(Demand::Suspend);
+                }
             }
             None => {
                 // The sink sees a morsel's batches numbered in the order
                 // they were produced.
-                let chunk = chunks.get();
-                chunks.set(chunk + 1);
-                self.sink.consume(seq.chunk(chunk), batch, worker)?
+                let chunk = run.chunks.get();
+                run.chunks.set(chunk + 1);
+                self.sink.consume(seq.chunk(chunk), batch, run.worker)?
             }
         }
         Ok(if self.sink.is_full() {
@@ -149,6 +184,7 @@ impl Pipeline {
         operators: Vec<Arc<dyn Operator>>,
         sink: Arc<dyn Sink>,
     ) -> Self {
+        let suspendable = suspendable(operators.iter().map(|o| o.output()));
         Pipeline {
             id,
             source,
@@ -157,6 +193,8 @@ impl Pipeline {
             scan: None,
             input: None,
             then: Then::Drain(Finishing::All),
+            suspendable,
+            suspended: Suspended::default(),
         }
     }
 
@@ -181,6 +219,12 @@ impl TaskSetWork for Pipeline {
     }
 
     fn finalize(&self, cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
+        if self.suspended.outstanding() > 0 && !self.sink.is_full() {
+            return Err(TaskError::new(ExecError::Internal(format!(
+                "{}: a suspended morsel was left unfinished",
+                self.describe()
+            ))));
+        }
         // Every morsel was read: what the source held goes back first, so
         // that the sink's finish has the room.
         self.source.finish();
@@ -197,10 +241,13 @@ impl TaskSetWork for Pipeline {
 }
 
 impl Pipeline {
-    /// One task's morsels (see [`TaskSetWork::run_task`]).
+    /// One task's morsels (see [`TaskSetWork::run_task`]): morsels a task
+    /// before it suspended first, then new ones from the source.
     fn run_morsels(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
+        let mut worked = false;
         loop {
             if self.sink.is_full() {
+                self.suspended.close();
                 return Ok(TaskOutcome::Exhausted);
             }
             // Between morsels, every row of the last one went through: the
@@ -208,69 +255,176 @@ impl Pipeline {
             if self.sink.pause(&|| ctx.resumer()) {
                 return Ok(TaskOutcome::Paused);
             }
-            let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
-                return Ok(TaskOutcome::Yielded);
-            };
-            let rows = self
-                .sink
-                .morsel_rows_cap()
-                .map_or(rows, |cap| rows.min(cap));
-            let morsel = match self.source.take(rows, ctx)? {
-                Taken::Morsel(m) => m,
-                Taken::Dry => return Ok(TaskOutcome::Exhausted),
-                Taken::NodeDry(affinity) => return Ok(TaskOutcome::NodeDry(affinity)),
-            };
-            let rows = morsel.rows();
-            let stop = || ctx.stop_requested();
-            if !self.process_morsel(morsel, ctx.worker(), &stop)? {
-                // Cancelled mid-morsel: the rest of it goes with the query.
+            // A suspended morsel goes on first, at a preemption point as a
+            // new morsel would be.
+            if worked && ctx.suspend_requested() {
                 return Ok(TaskOutcome::Yielded);
             }
-            ctx.morsel_done(rows);
+            let continuation = match self.suspended.take() {
+                Some(c) => c,
+                None => {
+                    let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
+                        return Ok(TaskOutcome::Yielded);
+                    };
+                    let rows = self
+                        .sink
+                        .morsel_rows_cap()
+                        .map_or(rows, |cap| rows.min(cap));
+                    match self.source.take(rows, ctx)? {
+                        Taken::Morsel(m) => Continuation::new(m, self.input),
+                        Taken::Dry => match self.suspended.dry() {
+                            AtDry::Take(c) => c,
+                            AtDry::Exhausted => return Ok(TaskOutcome::Exhausted),
+                            AtDry::Held => return Ok(TaskOutcome::Held),
+                        },
+                        Taken::NodeDry(affinity) => return Ok(TaskOutcome::NodeDry(affinity)),
+                    }
+                }
+            };
+            worked = true;
+            if !self.run_continuation(continuation, ctx)? {
+                return Ok(TaskOutcome::Yielded);
+            }
+        }
+    }
+
+    /// Drives `c` until it is done or the task stops inside it (then it is
+    /// parked for a later task); `false` when the task should return: it
+    /// suspended the morsel or the query was cancelled.
+    fn run_continuation(
+        &self,
+        mut c: Continuation,
+        ctx: &mut TaskContext<'_>,
+    ) -> Result<bool, TaskError> {
+        let resumed = c.parked;
+        let mut may_suspend = true;
+        let worker = ctx.worker();
+        let ctx = RefCell::new(ctx);
+        loop {
+            let start = Instant::now();
+            let stop = || ctx.borrow().stop_requested();
+            let suspend = || ctx.borrow_mut().suspend_requested();
+            let suspend: Option<&dyn Fn() -> bool> = may_suspend.then_some(&suspend);
+            let driven = self.drive(&mut c, worker, &stop, suspend);
+            c.spent += start.elapsed();
+            let mut ctx = ctx.borrow_mut();
+            match driven {
+                Err(e) => {
+                    self.suspended.finish(&c);
+                    return Err(e.into());
+                }
+                Ok(Driven::Done) => {
+                    self.suspended.finish(&c);
+                    if resumed {
+                        ctx.resumed_morsel_done(c.rows, c.spent);
+                    } else {
+                        ctx.morsel_done(c.rows);
+                    }
+                    return Ok(true);
+                }
+                Ok(Driven::Stopped) => {
+                    // Cancelled mid-morsel: the rest of it goes with the query.
+                    self.suspended.finish(&c);
+                    return Ok(false);
+                }
+                Ok(Driven::Suspended) => match self.suspended.park(c) {
+                    Ok(()) => {
+                        ctx.morsel_suspended();
+                        return Ok(false);
+                    }
+                    // The set ran dry meanwhile: this task finishes it.
+                    Err(back) => {
+                        c = back;
+                        may_suspend = false;
+                    }
+                },
+            }
         }
     }
 }
 
+/// What one task's drive of a morsel needs along the pipeline.
+struct MorselRun<'a> {
+    worker: usize,
+    /// The query's cancel flag.
+    stop: &'a dyn Fn() -> bool,
+    /// Whether the task asks to stop inside the morsel; `None`: it never
+    /// does ([`crate::suspend`]).
+    suspend: Option<&'a dyn Fn() -> bool>,
+    /// Batches of the slice being pushed that reached the sink so far.
+    chunks: Cell<u32>,
+    /// Frames of operators that stopped, innermost first.
+    recorded: RefCell<VecDeque<Frame>>,
+}
+
 impl Pipeline {
+    /// Pushes what is left of a morsel — suspended operators innermost
+    /// first, then the slices not pushed yet — through the operators into
+    /// the sink, and once all of it went through reports its runs of rows
+    /// to the sink.
+    fn drive(
+        &self,
+        c: &mut Continuation,
+        worker: usize,
+        stop: &dyn Fn() -> bool,
+        suspend: Option<&dyn Fn() -> bool>,
+    ) -> Result<Driven> {
+        let run = MorselRun {
+            worker,
+            stop,
+            suspend,
+            chunks: Cell::new(c.chunks),
+            recorded: RefCell::new(VecDeque::new()),
+        };
+        loop {
+            let demand = if let Some(frame) = c.frames.pop_front() {
+                self.push(&run, frame.op, frame.seq, frame.batch, Some(frame.resume))?
+            } else if let Some((seq, batch)) = c.slices.pop_front() {
+                run.chunks.set(0);
+                self.push(&run, 0, seq, batch, None)?
+            } else {
+                break;
+            };
+            c.chunks = run.chunks.get();
+            // Frames of operators that stopped now go before the older
+            // ones (they are inside them).
+            let mut recorded = run.recorded.take();
+            if !recorded.is_empty() {
+                recorded.extend(c.frames.drain(..));
+                c.frames = recorded;
+            }
+            if demand == Demand::Suspend {
+                return Ok(Driven::Suspended);
+            }
+        }
+        if stop() {
+            return Ok(Driven::Stopped);
+        }
+        for (seq, n) in c.covered.drain(..) {
+            self.sink.morsel_done(seq, n);
+        }
+        Ok(Driven::Done)
+    }
+
     /// Pushes one morsel's slices through the operators into the sink and
     /// reports its runs of rows to the sink; `false` when `stop` cut it
     /// short (the rest of the morsel is dropped with the query). A shared
     /// scan ([`crate::shared`]) calls it for each member on the one morsel
-    /// it cut.
+    /// it cut; it never stops inside the morsel.
     pub(crate) fn process_morsel(
         &self,
         morsel: Morsel,
         worker: usize,
         stop: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        // The runs of consecutive rows the morsel covers: one for a
-        // block source's morsel, more where a placed source joined
-        // distant extents (each slice starts at its sequence number).
-        let mut covered: Vec<(MorselSeq, usize)> = Vec::with_capacity(1);
-        let mut morsel = morsel;
-        if let Some(input) = self.input {
-            for (seq, _) in &mut morsel.slices {
-                *seq = seq.in_input(input);
-            }
+        let mut c = Continuation::new(morsel, self.input);
+        match self.drive(&mut c, worker, stop, None)? {
+            Driven::Done => Ok(true),
+            Driven::Stopped => Ok(false),
+            Driven::Suspended => Err(ExecError::Internal(
+                "a morsel was suspended by a task that cannot suspend".into(),
+            )),
         }
-        for (seq, batch) in &morsel.slices {
-            match covered.last_mut() {
-                Some((first, n)) if first.position() + *n as u64 == seq.position() => {
-                    *n += batch.num_rows();
-                }
-                _ => covered.push((*seq, batch.num_rows())),
-            }
-        }
-        for (seq, batch) in morsel.slices {
-            self.push(0, seq, &Cell::new(0), batch, worker, stop)?;
-        }
-        if stop() {
-            return Ok(false);
-        }
-        for (seq, n) in covered {
-            self.sink.morsel_done(seq, n);
-        }
-        Ok(true)
     }
 }
 
@@ -329,27 +483,22 @@ fn next_pass(
         let mut follow_ups = StepTaskSet::follow_ups(pass.steps);
         let last = pass.runs.len() - 1;
         for (i, run) in pass.runs.into_iter().enumerate() {
-            follow_ups.push(Arc::new(Pipeline {
-                id,
-                source: run.source,
-                operators: run
-                    .operator
-                    .into_iter()
-                    .chain(rest.iter().cloned())
-                    .collect(),
-                sink: sink.clone(),
-                scan: None,
-                input: None,
-                then: if i == last {
-                    Then::NextPass {
-                        deferred: deferred.clone(),
-                        rest: rest.clone(),
-                        finishing,
-                    }
-                } else {
-                    Then::Nothing
-                },
-            }));
+            let operators = run
+                .operator
+                .into_iter()
+                .chain(rest.iter().cloned())
+                .collect();
+            let mut pipeline = Pipeline::new(id, run.source, operators, sink.clone());
+            pipeline.then = if i == last {
+                Then::NextPass {
+                    deferred: deferred.clone(),
+                    rest: rest.clone(),
+                    finishing,
+                }
+            } else {
+                Then::Nothing
+            };
+            follow_ups.push(Arc::new(pipeline));
         }
         return Ok(follow_ups);
     }

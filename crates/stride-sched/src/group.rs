@@ -75,6 +75,12 @@ pub struct QueryStats {
     /// behind ([`crate::TaskOutcome::Paused`]): backpressure from a client
     /// reading a streamed result slower than the query produces it.
     pub pauses: u64,
+    /// Morsels that a task left unfinished at a preemption point inside
+    /// the morsel (between two output chunks of a join whose probe rows
+    /// match many rows) and a later task finished
+    /// ([`crate::TaskContext::suspend_requested`]); a morsel suspended
+    /// twice counts twice.
+    pub suspended_morsels: u64,
     /// CPU time spent in tasks of each planned task set and its follow-ups,
     /// in order (sums to `cpu_time`).
     pub task_set_cpu: Vec<Duration>,
@@ -167,6 +173,8 @@ pub(crate) struct GroupCounters {
     pub(crate) follow_ups: AtomicU64,
     /// Tasks that returned [`crate::TaskOutcome::Paused`].
     pub(crate) pauses: AtomicU64,
+    /// Morsels suspended inside ([`QueryStats::suspended_morsels`]).
+    pub(crate) suspended: AtomicU64,
     pub(crate) tasks: AtomicU64,
     pub(crate) morsels: AtomicU64,
     pub(crate) tuples: AtomicU64,
@@ -197,6 +205,7 @@ impl GroupCounters {
             finalize_ns: AtomicU64::new(0),
             follow_ups: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
+            suspended: AtomicU64::new(0),
             tasks: AtomicU64::new(0),
             morsels: AtomicU64::new(0),
             tuples: AtomicU64::new(0),
@@ -378,6 +387,7 @@ impl ResourceGroup {
             task_sets: self.task_sets.len(),
             follow_ups: c.follow_ups.load(Ordering::Relaxed),
             pauses: c.pauses.load(Ordering::Relaxed),
+            suspended_morsels: c.suspended.load(Ordering::Relaxed),
             task_set_cpu: c
                 .task_set_cpu_ns
                 .iter()

@@ -145,6 +145,31 @@ impl<'a> MorselSizer<'a> {
         self.done_at(Instant::now(), tuples)
     }
 
+    /// Whether the task's time slice `t_max` is used up.
+    pub(crate) fn slice_used(&self) -> bool {
+        self.task_start.elapsed() >= self.t_max
+    }
+
+    /// Records a morsel that tasks before this one suspended and this one
+    /// finished: `tuples` source tuples in `spent` over all of them. With
+    /// adaptive morsels its throughput moves the set's estimate as a whole
+    /// morsel's does; the task's own morsel in flight, if any, is not
+    /// touched.
+    pub(crate) fn resumed_done(&mut self, tuples: usize, spent: Duration) {
+        let MorselPolicy::Adaptive(p) = self.policy else {
+            return;
+        };
+        if tuples == 0 {
+            return;
+        }
+        let measured = tuples as f64 / spent.as_secs_f64().max(1e-9);
+        let estimate = match self.state.throughput() {
+            Some(old) => p.alpha * measured + (1.0 - p.alpha) * old,
+            None => measured,
+        };
+        self.state.set_throughput(estimate);
+    }
+
     fn next_at(&mut self, now: Instant, remaining: Option<usize>) -> Option<usize> {
         let used = now.duration_since(self.task_start);
         if used >= self.t_max {

@@ -220,6 +220,9 @@ fn account(group: &ResourceGroup, stage: usize, ran: Duration, ctx: &TaskContext
     c.cpu_ns.fetch_add(ns, Ordering::Relaxed);
     c.task_set_cpu_ns[stage].fetch_add(ns, Ordering::Relaxed);
     c.tasks.fetch_add(1, Ordering::Relaxed);
+    if ctx.suspended > 0 {
+        c.suspended.fetch_add(ctx.suspended, Ordering::Relaxed);
+    }
     if ctx.morsels > 0 {
         c.morsels.fetch_add(ctx.morsels, Ordering::Relaxed);
         c.task_set_morsels[stage].fetch_add(ctx.morsels, Ordering::Relaxed);

@@ -86,6 +86,14 @@ pub enum TaskOutcome {
     /// task set: some task reports [`TaskOutcome::Exhausted`] once every
     /// node is dry.
     NodeDry(NodeAffinity),
+    /// Nothing is left to hand out now, but work that other running tasks
+    /// of the set hold may come back to it (a morsel a task stopped inside
+    /// and will park for a later task: `stride_exec::suspend`): the worker
+    /// does not choose the set again until the slot holds another entry,
+    /// as after a hard [`Self::NodeDry`]. The tasks holding that work are
+    /// on workers that did not step back; one of them finishes it and some
+    /// task reports [`Self::Exhausted`]. Never the last word on a task set.
+    Held,
     /// The task set's consumer is behind (a streamed result its client has
     /// not read yet): the task kept a [`crate::Resumer`] from
     /// [`TaskContext::resumer`] where the consumer finds it, and the worker
@@ -157,6 +165,9 @@ pub struct TaskContext<'a> {
     pub(crate) used_buckets: u64,
     /// The task ended at a preemption point (see [`Self::next_morsel`]).
     pub(crate) preempted: bool,
+    /// Morsels this task left unfinished at a preemption point inside
+    /// them ([`Self::suspend_requested`]).
+    pub(crate) suspended: u64,
     /// The query's cancel flag ([`crate::group::ResourceGroup`]'s
     /// `cancelled`), read live (Relaxed: a hint that the task may stop early;
     /// nothing is published through it).
@@ -223,6 +234,7 @@ impl<'a> TaskContext<'a> {
             buckets: [0; crate::group::MORSEL_BUCKETS],
             used_buckets: 0,
             preempted: false,
+            suspended: 0,
             cancelled,
             preemption,
             resume: None,
@@ -357,9 +369,44 @@ impl<'a> TaskContext<'a> {
         pending
     }
 
+    /// A preemption point *inside* a morsel, for a task set whose morsel
+    /// can produce far more than it reads (a join whose probe rows match
+    /// many rows): whether the task should stop after the output chunk it
+    /// just handed on and leave the rest of the morsel for a later task —
+    /// because its time slice `t_max` is used up, or because the scheduler
+    /// has news for this worker ([`Self::preempt_requested`]). The task set
+    /// keeps the rest (see [`Self::morsel_suspended`]); a task that asks
+    /// only after it handed on a chunk always makes progress.
+    pub fn suspend_requested(&mut self) -> bool {
+        self.sizer.slice_used() || self.preempt_requested()
+    }
+
+    /// Records that the task left its morsel unfinished at a
+    /// [`Self::suspend_requested`] point; the task then returns
+    /// [`TaskOutcome::Yielded`] and some later task of the set finishes the
+    /// morsel ([`Self::resumed_morsel_done`]).
+    pub fn morsel_suspended(&mut self) {
+        self.suspended += 1;
+    }
+
+    /// Records that the task finished a morsel an earlier task suspended:
+    /// it held `tuples` source tuples and took `spent` over all the tasks
+    /// that worked on it. Counted as one morsel, and its throughput
+    /// updates the set's morsel sizing as a whole morsel's would — so that
+    /// morsels whose rows produce much stay small.
+    pub fn resumed_morsel_done(&mut self, tuples: usize, spent: Duration) {
+        self.count_morsel(tuples);
+        self.sizer.resumed_done(tuples, spent);
+    }
+
     /// Records that the morsel sized by [`Self::next_morsel`] was processed
     /// and held `tuples` source tuples.
     pub fn morsel_done(&mut self, tuples: usize) {
+        self.count_morsel(tuples);
+        self.sizer.done(tuples);
+    }
+
+    fn count_morsel(&mut self, tuples: usize) {
         let n = tuples as u64;
         self.morsels += 1;
         self.tuples += n;
@@ -368,6 +415,5 @@ impl<'a> TaskContext<'a> {
         let b = crate::group::morsel_bucket(n);
         self.buckets[b] += 1;
         self.used_buckets |= 1 << b;
-        self.sizer.done(tuples);
     }
 }

@@ -331,6 +331,12 @@ impl Worker {
                     shared.idle.wake(shared.config.workers);
                     (false, None)
                 }
+                Ok(Ok(TaskOutcome::Held)) => {
+                    // Work handed out may come back, to the workers that
+                    // hold it: this one steps back until the next entry.
+                    self.local.node_dry(k, crate::NodeAffinity::Hard);
+                    (false, None)
+                }
                 Ok(Ok(TaskOutcome::Paused)) => {
                     // The consumer is behind: not chosen again until it
                     // resumes the set (crate::pause).

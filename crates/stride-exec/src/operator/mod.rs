@@ -39,10 +39,59 @@ pub enum Demand {
     /// The sink is full (a satisfied LIMIT): the rest of this input's
     /// output is not needed.
     Enough,
+    /// The task's time is up (or the scheduler has other work for its
+    /// worker): an operator whose output is [`Output::Resumable`] stops
+    /// after the chunk it just emitted and returns where it stopped, so
+    /// that a later task goes on from there ([`crate::suspend`]). Only
+    /// such operators are ever answered this.
+    Suspend,
 }
 
 /// Where an operator hands its output: the rest of the pipeline.
 pub type Emit<'a> = dyn FnMut(RecordBatch) -> Result<Demand> + 'a;
+
+/// How an operator's output for one input batch comes, which decides
+/// whether a task may stop in the middle of a morsel there
+/// ([`crate::suspend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// At most one batch per input batch (filter, projection).
+    One,
+    /// Several batches, all produced in one call (one per grouping set, a
+    /// function's rows in slices): no task stops inside it, nor inside an
+    /// operator after it.
+    Several,
+    /// Bounded chunks, and the operator can stop after any of them and
+    /// go on later ([`Operator::process_resumable`]): a join whose probe
+    /// rows may each match millions of rows.
+    Resumable,
+}
+
+/// Where a resumable operator stopped inside one input batch (its own
+/// state: for a probe, the encoded keys and the walk's cursor), kept with
+/// the batch until a later task resumes it.
+pub struct Resume(Box<dyn std::any::Any + Send>);
+
+impl Resume {
+    pub fn new<T: std::any::Any + Send>(state: T) -> Self {
+        Resume(Box::new(state))
+    }
+
+    /// The state back, as the operator that made it stored it.
+    pub fn into_state<T: std::any::Any>(self) -> Result<T> {
+        self.0.downcast::<T>().map(|b| *b).map_err(|_| {
+            crate::error::ExecError::Internal(
+                "an operator was resumed with another operator's state".into(),
+            )
+        })
+    }
+}
+
+impl fmt::Debug for Resume {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Resume")
+    }
+}
 
 /// A streaming operator inside a pipeline.
 pub trait Operator: Send + Sync + fmt::Debug {
@@ -51,6 +100,33 @@ pub trait Operator: Send + Sync + fmt::Debug {
     /// be far larger than its input (a join). Stops early on
     /// [`Demand::Enough`]. `worker` addresses per-worker state, if any.
     fn process(&self, batch: RecordBatch, worker: usize, emit: &mut Emit<'_>) -> Result<()>;
+    /// How its output for one input comes ([`Output`]). The default,
+    /// [`Output::Several`], never lets a task stop inside the operator or
+    /// after it, whatever it emits.
+    fn output(&self) -> Output {
+        Output::Several
+    }
+    /// For an operator whose output is [`Output::Resumable`]: as
+    /// [`Self::process`], starting at `from` (`None`: at the start of
+    /// `batch`; otherwise what an earlier call on the same batch
+    /// returned). Returns where it stopped when `emit` answered
+    /// [`Demand::Suspend`] with output left, `None` once the batch is done
+    /// (or [`Demand::Enough`] ended it).
+    fn process_resumable(
+        &self,
+        batch: &RecordBatch,
+        from: Option<Resume>,
+        worker: usize,
+        emit: &mut Emit<'_>,
+    ) -> Result<Option<Resume>> {
+        if from.is_some() {
+            return Err(crate::error::ExecError::Internal(format!(
+                "{} cannot resume inside a batch",
+                self.name()
+            )));
+        }
+        self.process(batch.clone(), worker, emit).map(|()| None)
+    }
     /// Rows this operator set aside instead of processing them (a grace
     /// hash join whose build side went to disk), taken once after every
     /// row of its input reached it; the pipeline runs them in passes

@@ -39,6 +39,10 @@ impl Operator for ProjectionOperator {
         .map(drop)
     }
 
+    fn output(&self) -> super::Output {
+        super::Output::One
+    }
+
     fn name(&self) -> String {
         let e: Vec<String> = self.exprs.iter().map(|e| e.to_string()).collect();
         format!("project [{}]", e.join(", "))

@@ -205,6 +205,7 @@ impl Prelude {
         out.cpu_time += pre.cpu_time + share.cpu;
         out.finalize_time += pre.finalize_time;
         out.tasks += pre.tasks;
+        out.suspended_morsels += pre.suspended_morsels;
         out.follow_ups += pre.follow_ups;
         out.task_sets += pre.task_sets;
         out.estimated_cpu = match (pre.task_sets, pre.estimated_cpu, out.estimated_cpu) {

@@ -168,6 +168,10 @@ impl Operator for FilterOperator {
         emit(self.apply(batch)?).map(drop)
     }
 
+    fn output(&self) -> super::Output {
+        super::Output::One
+    }
+
     fn name(&self) -> String {
         let mut name = format!("filter {}", self.predicate);
         if !self.column_tests.is_empty() {

@@ -14,7 +14,7 @@ use super::table::{HashTableSlot, JoinHashTable, ProbeCursor, Walk, CHUNK_PAIRS}
 use super::{JoinModes, SideMode};
 use crate::error::{ExecError, Result};
 use crate::memory::{batch_bytes, QueryMemory};
-use crate::operator::{Deferred, Demand, Emit, Operator};
+use crate::operator::{Deferred, Demand, Emit, Operator, Output, Resume};
 use crate::plan::{BuildSide, ExprRef};
 
 /// Probes the hash table with each batch; where the build side went to
@@ -312,19 +312,42 @@ impl HashProbeOperator {
     }
 }
 
-impl Operator for HashProbeOperator {
-    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+/// Where a probe stopped inside a batch ([`Resume`]): the batch's encoded
+/// keys and the walk's cursor.
+struct ProbeResume {
+    keys: Keys,
+    cursor: ProbeCursor,
+}
+
+impl HashProbeOperator {
+    /// Probes `batch` from `from` (see [`Operator::process_resumable`]).
+    fn probe(
+        &self,
+        batch: &RecordBatch,
+        from: Option<Resume>,
+        emit: &mut Emit<'_>,
+    ) -> Result<Option<Resume>> {
         let table = self
             .table
             .get()
             .filter(|t| t.ready.load(Ordering::Acquire))
             .ok_or_else(|| ExecError::Internal("probe before the hash table was built".into()))?;
         let n = batch.num_rows();
-        let keys = self.encoder.encode(eval_keys(&self.keys, &batch)?)?;
-        if let Some(grace) = &table.partitioned {
-            let needs_match = matches!(self.modes.probe, SideMode::None | SideMode::Semi);
-            return grace.defer_probe(&batch, &keys, needs_match);
-        }
+        let (keys, mut cursor) = match from {
+            Some(resume) => {
+                let r: ProbeResume = resume.into_state()?;
+                (r.keys, r.cursor)
+            }
+            None => {
+                let keys = self.encoder.encode(eval_keys(&self.keys, batch)?)?;
+                if let Some(grace) = &table.partitioned {
+                    let needs_match = matches!(self.modes.probe, SideMode::None | SideMode::Semi);
+                    grace.defer_probe(batch, &keys, needs_match)?;
+                    return Ok(None);
+                }
+                (keys, ProbeCursor::row(0))
+            }
+        };
         // Per-row decisions (probe-side outer, semi, anti, mark) need all
         // of a row's pairs in one chunk, or only its first when neither a
         // filter nor the build side looks at the pairs.
@@ -338,8 +361,7 @@ impl Operator for HashProbeOperator {
             _ => Walk::WholeRows,
         };
         let row_bytes = |b: &RecordBatch| batch_bytes(b) / b.num_rows().max(1);
-        let pair_bytes = 8 + row_bytes(&batch) + row_bytes(&table.batch);
-        let mut cursor = ProbeCursor::row(0);
+        let pair_bytes = 8 + row_bytes(batch) + row_bytes(&table.batch);
         let (mut p, mut b) = (Vec::new(), Vec::new());
         while cursor.row < n {
             let first = cursor.row;
@@ -351,12 +373,37 @@ impl Operator for HashProbeOperator {
             } else {
                 None
             };
-            let out = self.chunk(table, &batch, &keys, first..cursor.row, &mut p, &mut b)?;
-            if emit(out)? == Demand::Enough {
-                break;
+            let out = self.chunk(table, batch, &keys, first..cursor.row, &mut p, &mut b)?;
+            match emit(out)? {
+                Demand::More => {}
+                Demand::Enough => break,
+                Demand::Suspend if cursor.row < n => {
+                    return Ok(Some(Resume::new(ProbeResume { keys, cursor })));
+                }
+                Demand::Suspend => break,
             }
         }
-        Ok(())
+        Ok(None)
+    }
+}
+
+impl Operator for HashProbeOperator {
+    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+        self.probe(&batch, None, emit).map(drop)
+    }
+
+    fn output(&self) -> Output {
+        Output::Resumable
+    }
+
+    fn process_resumable(
+        &self,
+        batch: &RecordBatch,
+        from: Option<Resume>,
+        _worker: usize,
+        emit: &mut Emit<'_>,
+    ) -> Result<Option<Resume>> {
+        self.probe(batch, from, emit)
     }
 
     fn deferred(&self) -> Result<Option<Arc<dyn Deferred>>> {
