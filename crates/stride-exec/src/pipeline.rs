@@ -219,7 +219,7 @@ impl TaskSetWork for Pipeline {
     }
 
     fn finalize(&self, cx: &FinalizeContext<'_>) -> Result<FollowUps, TaskError> {
-        if self.suspended.outstanding() > 0 && !self.sink.is_full() {
+        if self.suspended.parked() > 0 && !self.sink.is_full() {
             return Err(TaskError::new(ExecError::Internal(format!(
                 "{}: a suspended morsel was left unfinished",
                 self.describe()
@@ -244,6 +244,9 @@ impl Pipeline {
     /// One task's morsels (see [`TaskSetWork::run_task`]): morsels a task
     /// before it suspended first, then new ones from the source.
     fn run_morsels(&self, ctx: &mut TaskContext<'_>) -> Result<TaskOutcome, TaskError> {
+        // Only a pipeline with a resumable operator in a place where a task
+        // may stop keeps count of its morsels in flight (crate::suspend).
+        let counted = self.suspendable.contains(&true);
         let mut worked = false;
         loop {
             if self.sink.is_full() {
@@ -257,10 +260,11 @@ impl Pipeline {
             }
             // A suspended morsel goes on first, at a preemption point as a
             // new morsel would be.
-            if worked && ctx.suspend_requested() {
+            if worked && counted && ctx.suspend_requested() {
                 return Ok(TaskOutcome::Yielded);
             }
-            let continuation = match self.suspended.take() {
+            let parked = if counted { self.suspended.take() } else { None };
+            let continuation = match parked {
                 Some(c) => c,
                 None => {
                     let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
@@ -270,77 +274,103 @@ impl Pipeline {
                         .sink
                         .morsel_rows_cap()
                         .map_or(rows, |cap| rows.min(cap));
-                    match self.source.take(rows, ctx)? {
-                        Taken::Morsel(m) => Continuation::new(m, self.input),
-                        Taken::Dry => match self.suspended.dry() {
+                    if counted {
+                        self.suspended.begin();
+                    }
+                    match self.source.take(rows, ctx) {
+                        Ok(Taken::Morsel(m)) => Continuation::new(m, self.input),
+                        Ok(Taken::Dry) if counted => match self.suspended.dry() {
                             AtDry::Take(c) => c,
                             AtDry::Exhausted => return Ok(TaskOutcome::Exhausted),
                             AtDry::Held => return Ok(TaskOutcome::Held),
                         },
-                        Taken::NodeDry(affinity) => return Ok(TaskOutcome::NodeDry(affinity)),
+                        Ok(Taken::Dry) => return Ok(TaskOutcome::Exhausted),
+                        Ok(Taken::NodeDry(affinity)) => {
+                            if counted {
+                                self.suspended.abandon();
+                            }
+                            return Ok(TaskOutcome::NodeDry(affinity));
+                        }
+                        Err(e) => {
+                            if counted {
+                                self.suspended.abandon();
+                            }
+                            return Err(e.into());
+                        }
                     }
                 }
             };
             worked = true;
-            if !self.run_continuation(continuation, ctx)? {
-                return Ok(TaskOutcome::Yielded);
+            match self.run_continuation(continuation, ctx, counted)? {
+                Ran::Done => {}
+                Ran::Last => return Ok(TaskOutcome::Exhausted),
+                Ran::Stop => return Ok(TaskOutcome::Yielded),
             }
         }
     }
 
     /// Drives `c` until it is done or the task stops inside it (then it is
-    /// parked for a later task); `false` when the task should return: it
-    /// suspended the morsel or the query was cancelled.
+    /// parked for a later task). `counted`: the pipeline counts its
+    /// morsels in flight, and `c` is one of them.
     fn run_continuation(
         &self,
         mut c: Continuation,
         ctx: &mut TaskContext<'_>,
-    ) -> Result<bool, TaskError> {
+        counted: bool,
+    ) -> Result<Ran, TaskError> {
         let resumed = c.parked;
-        let mut may_suspend = true;
         let worker = ctx.worker();
         let ctx = RefCell::new(ctx);
-        loop {
-            let start = Instant::now();
-            let stop = || ctx.borrow().stop_requested();
-            let suspend = || ctx.borrow_mut().suspend_requested();
-            let suspend: Option<&dyn Fn() -> bool> = may_suspend.then_some(&suspend);
-            let driven = self.drive(&mut c, worker, &stop, suspend);
-            c.spent += start.elapsed();
-            let mut ctx = ctx.borrow_mut();
-            match driven {
-                Err(e) => {
-                    self.suspended.finish(&c);
-                    return Err(e.into());
+        let start = Instant::now();
+        let stop = || ctx.borrow().stop_requested();
+        let suspend = || ctx.borrow_mut().suspend_requested();
+        let suspend: Option<&dyn Fn() -> bool> = counted.then_some(&suspend);
+        let driven = self.drive(&mut c, worker, &stop, suspend);
+        c.spent += start.elapsed();
+        let mut ctx = ctx.borrow_mut();
+        let finish = || counted && self.suspended.finish();
+        match driven {
+            Err(e) => {
+                finish();
+                Err(e.into())
+            }
+            Ok(Driven::Done) => {
+                let last = finish();
+                if resumed {
+                    ctx.resumed_morsel_done(c.rows, c.spent);
+                } else {
+                    ctx.morsel_done(c.rows);
                 }
-                Ok(Driven::Done) => {
-                    self.suspended.finish(&c);
-                    if resumed {
-                        ctx.resumed_morsel_done(c.rows, c.spent);
-                    } else {
-                        ctx.morsel_done(c.rows);
-                    }
-                    return Ok(true);
+                Ok(if last { Ran::Last } else { Ran::Done })
+            }
+            Ok(Driven::Stopped) => {
+                // Cancelled mid-morsel: the rest of it goes with the query.
+                finish();
+                Ok(Ran::Stop)
+            }
+            Ok(Driven::Suspended) => {
+                ctx.morsel_suspended();
+                // Refused only once the sink is full: then the rest of the
+                // morsel is not needed.
+                if self.suspended.park(c).is_err() {
+                    finish();
                 }
-                Ok(Driven::Stopped) => {
-                    // Cancelled mid-morsel: the rest of it goes with the query.
-                    self.suspended.finish(&c);
-                    return Ok(false);
-                }
-                Ok(Driven::Suspended) => match self.suspended.park(c) {
-                    Ok(()) => {
-                        ctx.morsel_suspended();
-                        return Ok(false);
-                    }
-                    // The set ran dry meanwhile: this task finishes it.
-                    Err(back) => {
-                        c = back;
-                        may_suspend = false;
-                    }
-                },
+                Ok(Ran::Stop)
             }
         }
     }
+}
+
+/// How a task's drive of one morsel ended.
+enum Ran {
+    /// The morsel is done; the task goes on.
+    Done,
+    /// The morsel is done and was the set's last: the task reports the set
+    /// exhausted.
+    Last,
+    /// The task returns: it parked the rest of the morsel, or the query was
+    /// cancelled.
+    Stop,
 }
 
 /// What one task's drive of a morsel needs along the pipeline.

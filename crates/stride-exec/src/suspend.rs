@@ -27,33 +27,37 @@
 //!
 //! ## No morsel lost, none run twice
 //!
-//! The pipeline's [`Suspended`] pool holds parked continuations and counts
-//! the *parked ones that exist* (`held`: parked, or taken from the pool by a
-//! running task and not finished yet). Every change of the pool and of
-//! `held` happens under its mutex, so the following are linearizable:
+//! A pipeline where a task may stop inside a morsel keeps count, in its
+//! [`Suspended`] pool, of its morsels *in flight*: counted from just before
+//! a task asks the source for one until the morsel is finished (or the task
+//! found the source dry), whether a task is running it or it is parked.
+//! Every change of the count, the parked list and the two flags `dry` and
+//! `closed` happens under the pool's mutex, so these are linearizable:
 //!
-//! * **park** (a task suspends a morsel): refused once the pool is `closed`;
-//!   otherwise the continuation joins the pool, and `held` grows by one the
-//!   first time it is parked.
+//! * **begin** (before asking the source): in flight + 1.
+//! * **dry** (the source had nothing): in flight − 1 and `dry` is set; then
+//!   a parked continuation, if any, is the task's to run; else, with nothing
+//!   in flight, `closed` is set and the task reports
+//!   [`stride_sched::TaskOutcome::Exhausted`]; else the task reports
+//!   [`stride_sched::TaskOutcome::Held`] and its worker steps back from the
+//!   set until its next entry.
+//! * **park** (a task stopped inside a morsel): the continuation joins the
+//!   parked list; in flight is unchanged. Refused only once `closed`.
 //! * **take** (a task looks for work, before asking its source): moves one
-//!   continuation out of the pool; `held` is unchanged.
-//! * **finish** (a task completes a continuation it took): `held` shrinks by
-//!   one.
-//! * **dry** (the source handed out its last morsel): if `held` is zero, the
-//!   pool closes and the task reports [`stride_sched::TaskOutcome::Exhausted`];
-//!   if a continuation is parked the task takes it; otherwise another running
-//!   task holds one, and the task reports [`stride_sched::TaskOutcome::Held`]:
-//!   its worker steps back from the set until the set's next entry.
+//!   parked continuation out; in flight is unchanged.
+//! * **finish** (a morsel is done, or its query stopped): in flight − 1; if
+//!   that was the last one and `dry` is set, `closed` is set and the task
+//!   reports `Exhausted` itself.
+//! * **close** (the sink is full): `closed` is set and what is parked is
+//!   dropped (in flight − its count): nobody needs those rows.
 //!
 //! *Nothing is lost.* The set is finalized only after some task reported
 //! `Exhausted` and every running task returned. `Exhausted` is reported only
-//! under the mutex with `held == 0`, so no continuation that was ever parked
-//! is unfinished then; and the pool is closed in the same step, so a
-//! continuation still inside a running task (a morsel that task took before
-//! the source ran dry) can no longer be parked: its task keeps it and runs
-//! it to its end before returning. A task that reports `Exhausted` because
-//! its sink is full closes the pool and drops what is parked: nobody needs
-//! those rows.
+//! with nothing in flight and the source dry (after `dry`, or by the finish
+//! of the last morsel after `dry`): every morsel ever taken was finished, and
+//! the source will hand out nothing more. `closed` is set in the same step,
+//! and with nothing in flight no task can have anything to park; so `park`
+//! is refused only after `close`, when the rows are not needed.
 //!
 //! *Nothing runs twice.* A continuation is owned by exactly one task or by
 //! the pool (it moves, it is never copied), and each frame is popped before
@@ -62,12 +66,18 @@
 //! *Progress.* A task stops inside a morsel only after it handed on a chunk,
 //! and takes a parked continuation only as its first work or after asking
 //! [`stride_sched::TaskContext::suspend_requested`]; every task that takes
-//! work does some. A worker that stepped back (`Held`) does not strand a
-//! continuation: the task that parks one returns `Yielded`, so its own
-//! worker — which chose the set, and so had not stepped back — may choose
-//! the set again and take it. Once the source is dry the continuations
-//! are finished by the workers that hold them (less parallel, only in
-//! that tail).
+//! work does some. A worker that stepped back (`Held`) strands nothing:
+//! `Held` means some morsel was in flight, and the task holding it either
+//! finishes it (and, if it was the last, reports `Exhausted`) or parks it
+//! and returns `Yielded` — and its worker chose the set, so it had not
+//! stepped back and may choose the set again to take it.
+//!
+//! Pipelines without such an operator keep no count: their tasks report
+//! `Exhausted` as soon as the source is dry, as before. For the others, the
+//! end of the source now makes the workers without a morsel step back
+//! (`Held`, which keeps the group as their pending hand-over when they
+//! ranked it first) and the worker that finishes the last morsel reports
+//! `Exhausted` — the same finalization, reported by another worker.
 //!
 //! Cancellation drops a continuation with its query, as an unfinished
 //! morsel was always dropped.
@@ -164,16 +174,16 @@ pub(crate) enum Driven {
 /// What a task that found its source dry does ([`Suspended::dry`]).
 #[derive(Debug)]
 pub(crate) enum AtDry {
-    /// No continuation exists: the set is exhausted (the pool is closed).
+    /// Nothing is in flight: the set is exhausted (the pool is closed).
     Exhausted,
     /// This parked continuation is the task's to run.
     Take(Continuation),
-    /// Another running task holds one: return, the set stays runnable.
+    /// Another running task holds a morsel: the worker steps back.
     Held,
 }
 
-/// A pipeline's parked continuations (see the module docs for the
-/// protocol and why nothing is lost).
+/// A pipeline's morsels in flight and parked continuations (see the module
+/// docs for the protocol and why nothing is lost).
 #[derive(Debug, Default)]
 pub(crate) struct Suspended {
     state: Mutex<Pool>,
@@ -182,10 +192,12 @@ pub(crate) struct Suspended {
 #[derive(Debug, Default)]
 struct Pool {
     parked: Vec<Continuation>,
-    /// Continuations ever parked and not finished (parked, or taken by a
-    /// running task).
-    held: usize,
-    /// Set with the `Exhausted` report: no more parking.
+    /// Morsels counted by `begin` and not finished: run by a task, about to
+    /// be taken from the source, or parked.
+    in_flight: usize,
+    /// A task found the source dry.
+    dry: bool,
+    /// `Exhausted` was reported (or the sink is full): no more parking.
     closed: bool,
 }
 
@@ -194,17 +206,41 @@ impl Suspended {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Parks `c`, or hands it back when the pool is closed (the task then
-    /// runs it to its end itself).
+    /// A task is about to ask the source for a morsel.
+    pub(crate) fn begin(&self) {
+        self.pool().in_flight += 1;
+    }
+
+    /// The source gave no morsel and is not dry (another node's part is
+    /// left, or it failed): the count of [`Self::begin`] goes.
+    pub(crate) fn abandon(&self) {
+        let mut pool = self.pool();
+        pool.in_flight = pool.in_flight.saturating_sub(1);
+    }
+
+    /// The source is dry for the task that counted itself in: see [`AtDry`].
+    pub(crate) fn dry(&self) -> AtDry {
+        let mut pool = self.pool();
+        pool.in_flight = pool.in_flight.saturating_sub(1);
+        pool.dry = true;
+        if !pool.parked.is_empty() {
+            return AtDry::Take(pool.parked.remove(0));
+        }
+        if pool.in_flight == 0 {
+            pool.closed = true;
+            return AtDry::Exhausted;
+        }
+        AtDry::Held
+    }
+
+    /// Parks `c` (still in flight), or hands it back once the pool is
+    /// closed: the sink is full and its rows are not needed.
     pub(crate) fn park(&self, mut c: Continuation) -> Result<(), Continuation> {
         let mut pool = self.pool();
         if pool.closed {
             return Err(c);
         }
-        if !c.parked {
-            c.parked = true;
-            pool.held += 1;
-        }
+        c.parked = true;
         pool.parked.push(c);
         Ok(())
     }
@@ -218,41 +254,31 @@ impl Suspended {
         Some(pool.parked.remove(0))
     }
 
-    /// `c`, taken from the pool or parked before, will not come back: it
-    /// finished (or its query stopped).
-    pub(crate) fn finish(&self, c: &Continuation) {
-        if c.parked {
-            let mut pool = self.pool();
-            pool.held = pool.held.saturating_sub(1);
-        }
-    }
-
-    /// The task's source is dry: see [`AtDry`].
-    pub(crate) fn dry(&self) -> AtDry {
+    /// A morsel in flight is done (or its query stopped): it leaves the
+    /// count. `true` when it was the last morsel in flight of a dry source
+    /// — the pool closes and the task reports the set exhausted.
+    pub(crate) fn finish(&self) -> bool {
         let mut pool = self.pool();
-        if !pool.parked.is_empty() {
-            return AtDry::Take(pool.parked.remove(0));
-        }
-        if pool.held == 0 {
+        pool.in_flight = pool.in_flight.saturating_sub(1);
+        if pool.dry && pool.in_flight == 0 && pool.parked.is_empty() && !pool.closed {
             pool.closed = true;
-            return AtDry::Exhausted;
+            return true;
         }
-        AtDry::Held
+        false
     }
 
     /// The sink needs no more rows: the pool closes and what is parked goes.
     pub(crate) fn close(&self) {
         let mut pool = self.pool();
         pool.closed = true;
-        pool.held -= pool.parked.len().min(pool.held);
+        let dropped = pool.parked.len();
+        pool.in_flight = pool.in_flight.saturating_sub(dropped);
         pool.parked.clear();
     }
 
-    /// Whether a continuation is parked or held (a finalization that finds
-    /// one lost rows).
-    pub(crate) fn outstanding(&self) -> usize {
-        let pool = self.pool();
-        pool.parked.len().max(pool.held)
+    /// Continuations parked (a finalization that finds one lost rows).
+    pub(crate) fn parked(&self) -> usize {
+        self.pool().parked.len()
     }
 }
 
@@ -315,40 +341,67 @@ mod tests {
     }
 
     #[test]
-    fn the_set_is_exhausted_only_once_no_parked_continuation_is_unfinished() {
+    fn the_set_is_exhausted_only_once_no_morsel_is_in_flight() {
         let pool = Suspended::default();
-        // A fresh morsel is suspended and parked: it now counts.
+        // Two tasks take a morsel each; the first suspends and parks it.
+        pool.begin();
+        pool.begin();
         assert!(pool.park(continuation(10)).is_ok());
-        // A task whose source is dry takes it rather than exhaust the set.
+        // A third task finds the source dry: it takes the parked morsel
+        // rather than exhaust the set.
+        pool.begin();
         let taken = match pool.dry() {
             AtDry::Take(c) => c,
             other => panic!("expected the parked continuation, got {other:?}"),
         };
         assert!(taken.parked);
-        // While that task runs it, another task finds the source dry.
+        // A fourth finds the source dry while two morsels are in flight.
+        pool.begin();
         assert!(matches!(pool.dry(), AtDry::Held));
-        assert_eq!(pool.outstanding(), 1);
-        // Suspended again and parked: counted once, not twice.
+        // Parked again, taken again, finished: one morsel still in flight.
         assert!(pool.park(taken).is_ok());
-        let taken = pool.take().expect("parked");
-        pool.finish(&taken);
-        assert_eq!(pool.outstanding(), 0);
+        let _taken = pool.take().expect("parked");
+        assert!(!pool.finish());
+        // The second task's morsel was taken before the source ran dry: it
+        // may still be parked, and its finish is the last — that task
+        // reports the set exhausted.
+        assert!(pool.park(continuation(3)).is_ok());
+        let _last = pool.take().expect("parked");
+        assert!(pool.finish());
+        assert_eq!(pool.parked(), 0);
+        // Closed: nothing more is parked.
+        assert!(pool.park(continuation(1)).is_err());
+    }
+
+    #[test]
+    fn a_dry_source_with_nothing_in_flight_is_exhausted_at_once() {
+        let pool = Suspended::default();
+        pool.begin();
+        assert!(!pool.finish());
+        pool.begin();
         assert!(matches!(pool.dry(), AtDry::Exhausted));
-        // Closed: a morsel a task took before the source ran dry can no
-        // longer be parked; its task keeps it.
-        let back = pool.park(continuation(3)).expect_err("closed");
-        assert_eq!(back.rows, 3);
-        assert!(pool.take().is_none());
+        // A task that gave up a morsel another node holds counts out.
+        let pool = Suspended::default();
+        pool.begin();
+        pool.abandon();
+        pool.begin();
+        assert!(matches!(pool.dry(), AtDry::Exhausted));
     }
 
     #[test]
     fn a_full_sink_drops_what_is_parked() {
         let pool = Suspended::default();
-        assert!(pool.park(continuation(1)).is_ok());
-        assert!(pool.park(continuation(2)).is_ok());
+        for rows in [1, 2, 4] {
+            pool.begin();
+            if rows < 4 {
+                assert!(pool.park(continuation(rows)).is_ok());
+            }
+        }
         pool.close();
-        assert_eq!(pool.outstanding(), 0);
+        assert_eq!(pool.parked(), 0);
         assert!(pool.take().is_none());
+        // The morsel still running cannot be parked; its task drops it.
         assert!(pool.park(continuation(4)).is_err());
+        assert!(!pool.finish(), "a closed pool reports no last morsel");
     }
 }

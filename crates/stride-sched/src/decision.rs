@@ -658,6 +658,21 @@ impl DecisionCore {
         }
     }
 
+    /// A task of slot `k` found nothing to hand out while other tasks of
+    /// the set hold work that may come back ([`crate::TaskOutcome::Held`]):
+    /// the slot is parked until the worker learns its next entry, as after
+    /// a hard [`crate::TaskOutcome::NodeDry`]; and when it was the worker's
+    /// best choice, its group becomes the pending hand-over, as if the
+    /// worker had found it exhausted ([`Self::exhausted`]) — its next task
+    /// set is near.
+    pub(crate) fn held(&mut self, k: usize) {
+        let was_best = self.cached && self.is_active(k) && self.ranks.best() == k;
+        self.node_dry(k, NodeAffinity::Hard);
+        if was_best {
+            self.handover = Some(k);
+        }
+    }
+
     /// A task of slot `k` returned [`crate::TaskOutcome::Paused`]: the slot
     /// is not chosen until a resume pushes its bit and the worker visits it
     /// with the same entry ([`Self::visit`]), or it holds another entry.

@@ -87,12 +87,13 @@ pub enum TaskOutcome {
     /// node is dry.
     NodeDry(NodeAffinity),
     /// Nothing is left to hand out now, but work that other running tasks
-    /// of the set hold may come back to it (a morsel a task stopped inside
-    /// and will park for a later task: `stride_exec::suspend`): the worker
-    /// does not choose the set again until the slot holds another entry,
-    /// as after a hard [`Self::NodeDry`]. The tasks holding that work are
-    /// on workers that did not step back; one of them finishes it and some
-    /// task reports [`Self::Exhausted`]. Never the last word on a task set.
+    /// of the set hold may come back to it (a morsel a task may stop inside
+    /// and park for a later task: `stride_exec::suspend`): the worker does
+    /// not choose the set again until the slot holds another entry, as
+    /// after a hard [`Self::NodeDry`], and keeps the group as its pending
+    /// hand-over if it ranked it first. The tasks holding that work are on
+    /// workers that did not step back; one of them finishes the last of it
+    /// and reports [`Self::Exhausted`]. Never the last word on a task set.
     Held,
     /// The task set's consumer is behind (a streamed result its client has
     /// not read yet): the task kept a [`crate::Resumer`] from

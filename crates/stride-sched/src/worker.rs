@@ -334,7 +334,7 @@ impl Worker {
                 Ok(Ok(TaskOutcome::Held)) => {
                     // Work handed out may come back, to the workers that
                     // hold it: this one steps back until the next entry.
-                    self.local.node_dry(k, crate::NodeAffinity::Hard);
+                    self.local.held(k);
                     (false, None)
                 }
                 Ok(Ok(TaskOutcome::Paused)) => {

@@ -1,4 +1,5 @@
-//! Joins whose probe rows each match thousands of rows, so that one morsel
+//! Joins whose probe rows each match thousands of rows (and a set-returning
+//! function whose rows each give thousands of values), so that one morsel
 //! becomes many output chunks: with a tiny time slice every task stops
 //! inside such a morsel after a chunk, parks the rest, and a later task
 //! (on any worker) goes on from there (`stride_exec::suspend`). Under 1 and
@@ -106,6 +107,26 @@ fn a_morsel_of_many_chunks_is_suspended_and_finished_exactly_once() {
             assert!(
                 !fixed || out.stats.suspended_morsels > 0,
                 "{workers} workers, {morsels:?}: no morsel was suspended in {sql}: {:?}",
+                out.stats
+            );
+        }
+        // A set-returning function whose rows each give 10 000 values
+        // (the expansion operator is resumable too): Σ over v in 1..=300
+        // of v + (v + 1) + … + (v + 9999).
+        let sql = "SELECT count(*), sum(g) FROM s, generate_series(s.v, s.v + 9999) g";
+        let out = s.query(sql).unwrap();
+        let sum: i64 = (1..=300)
+            .map(|v: i64| 10_000 * v + 9_999 * 10_000 / 2)
+            .sum();
+        assert_eq!(
+            ints(&out),
+            vec![Some(3_000_000), Some(sum)],
+            "{workers} workers, {morsels:?}: {sql}"
+        );
+        if matches!(morsels, MorselPolicy::Fixed(_)) {
+            assert!(
+                out.stats.suspended_morsels > 0,
+                "{workers} workers, {morsels:?}: {sql}: {:?}",
                 out.stats
             );
         }

@@ -5,10 +5,13 @@
 //!
 //! The operator is streaming: the rows of a morsel are expanded in order
 //! and handed on in batches of about [`OUTPUT_ROWS`] rows, so one input
-//! row with a long series does not make one huge batch. The function
+//! row with a long series does not make one huge batch, and it is
+//! resumable: after any batch it hands on, a task may stop and a later one
+//! go on from there (`crate::suspend`). The function
 //! itself ([`SetFunctionRows`]) is the SQL layer's; this operator knows
 //! only that it maps argument values to arrays of its column's type.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
@@ -17,7 +20,7 @@ use arrow::compute::{concat, take};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::ScalarValue;
 
-use super::{Demand, Emit, Operator};
+use super::{Demand, Emit, Operator, Output, Resume};
 use crate::error::{ExecError, Result};
 use crate::plan::ExprRef;
 
@@ -103,60 +106,127 @@ impl Pending {
     }
 }
 
-impl Operator for ExpandOperator {
-    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+/// Where an expansion stopped inside a batch ([`Resume`]): the evaluated
+/// arguments, the input row being expanded, what its call gave that is not
+/// handed on yet, and how many values it gave so far. It stops only right
+/// after it handed on a batch, so nothing is gathered but not handed on.
+struct ExpandResume {
+    args: Vec<ArrayRef>,
+    row: usize,
+    current: Option<RowInProgress>,
+}
+
+/// The function's values for one input row, the first possibly sliced.
+struct RowInProgress {
+    parts: VecDeque<ArrayRef>,
+    produced: usize,
+}
+
+impl ExpandOperator {
+    /// Expands `batch` from `from` (see [`Operator::process_resumable`]).
+    fn expand(
+        &self,
+        batch: &RecordBatch,
+        from: Option<Resume>,
+        emit: &mut Emit<'_>,
+    ) -> Result<Option<Resume>> {
         let n = batch.num_rows();
-        let args = self
-            .args
-            .iter()
-            .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(n)))
-            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let (args, mut row, mut current) = match from {
+            Some(resume) => {
+                let r: ExpandResume = resume.into_state()?;
+                (r.args, r.row, r.current)
+            }
+            None => {
+                let args = self
+                    .args
+                    .iter()
+                    .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
+                    .collect::<datafusion_common::Result<Vec<_>>>()?;
+                (args, 0, None)
+            }
+        };
         let value_type = self.value_type().clone();
         let mut pending = Pending::default();
         let mut values = Vec::with_capacity(args.len());
-        for row in 0..n {
-            values.clear();
-            for a in &args {
-                values.push(ScalarValue::try_from_array(a, row)?);
-            }
+        while row < n {
             let index = u32::try_from(row)
                 .map_err(|_| ExecError::Internal("a morsel of more than 2^32 rows".into()))?;
-            let mut produced = 0;
-            for part in self.function.rows(&values, &value_type)? {
-                if part.data_type() != &value_type {
-                    return Err(ExecError::Internal(format!(
-                        "{} gave {} values, its column is {value_type}",
-                        self.function.name(),
-                        part.data_type()
-                    )));
+            let in_progress = match &mut current {
+                Some(c) => c,
+                None => {
+                    values.clear();
+                    for a in &args {
+                        values.push(ScalarValue::try_from_array(a, row)?);
+                    }
+                    let parts = self.function.rows(&values, &value_type)?;
+                    if let Some(part) = parts.iter().find(|p| p.data_type() != &value_type) {
+                        return Err(ExecError::Internal(format!(
+                            "{} gave {} values, its column is {value_type}",
+                            self.function.name(),
+                            part.data_type()
+                        )));
+                    }
+                    current.insert(RowInProgress {
+                        parts: parts.into(),
+                        produced: 0,
+                    })
                 }
-                // A long part is handed on in slices of the batch size.
-                let mut offset = 0;
-                while offset < part.len() {
-                    let room = OUTPUT_ROWS.saturating_sub(pending.len()).max(1);
-                    let len = room.min(part.len() - offset);
-                    pending.rows.extend(std::iter::repeat_n(index, len));
-                    pending.values.push(part.slice(offset, len));
-                    offset += len;
-                    produced += len;
-                    if pending.len() >= OUTPUT_ROWS {
-                        let out = pending.take_batch(&batch, &self.schema, &value_type)?;
-                        if emit(out)? == Demand::Enough {
-                            return Ok(());
+            };
+            // A long part is handed on in slices of the batch size.
+            while let Some(part) = in_progress.parts.pop_front() {
+                let room = OUTPUT_ROWS.saturating_sub(pending.len()).max(1);
+                let len = room.min(part.len());
+                pending.rows.extend(std::iter::repeat_n(index, len));
+                pending.values.push(part.slice(0, len));
+                in_progress.produced += len;
+                if len < part.len() {
+                    in_progress
+                        .parts
+                        .push_front(part.slice(len, part.len() - len));
+                }
+                if pending.len() >= OUTPUT_ROWS {
+                    let out = pending.take_batch(batch, &self.schema, &value_type)?;
+                    match emit(out)? {
+                        Demand::More => {}
+                        Demand::Enough => return Ok(None),
+                        Demand::Suspend => {
+                            return Ok(Some(Resume::new(ExpandResume { args, row, current })));
                         }
                     }
                 }
             }
-            if produced == 0 && self.outer {
+            if in_progress.produced == 0 && self.outer {
                 pending.rows.push(index);
                 pending.values.push(new_null_array(&value_type, 1));
             }
+            current = None;
+            row += 1;
         }
         if pending.len() > 0 {
-            let out = pending.take_batch(&batch, &self.schema, &value_type)?;
+            let out = pending.take_batch(batch, &self.schema, &value_type)?;
             emit(out)?;
         }
-        Ok(())
+        Ok(None)
+    }
+}
+
+impl Operator for ExpandOperator {
+    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+        self.expand(&batch, None, emit).map(drop)
+    }
+
+    fn output(&self) -> Output {
+        Output::Resumable
+    }
+
+    fn process_resumable(
+        &self,
+        batch: &RecordBatch,
+        from: Option<Resume>,
+        _worker: usize,
+        emit: &mut Emit<'_>,
+    ) -> Result<Option<Resume>> {
+        self.expand(batch, from, emit)
     }
 
     fn name(&self) -> String {
@@ -251,6 +321,55 @@ mod tests {
             .iter()
             .all(|r| *r == (Some(20_000), Some(20_000))));
         assert_eq!(out[20_000..], [(Some(3), Some(3)); 3]);
+    }
+
+    #[test]
+    fn a_suspended_expansion_goes_on_where_it_stopped() {
+        // Stopped after every batch it hands on and resumed each time, the
+        // expansion gives what one uninterrupted call gives: rows with long
+        // results (a stop inside a row's values and right after them),
+        // rows without values kept by `outer`, NULL arguments.
+        for outer in [false, true] {
+            let input = vec![Some(20_000), Some(0), Some(8192), None, Some(3), Some(9000)];
+            let whole = run(outer, input.clone()).unwrap();
+            let in_schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("n", DataType::Int64, true),
+                Field::new("v", DataType::Int64, true),
+            ]));
+            let op = ExpandOperator::new(
+                vec![Arc::new(Column::new("n", 0))],
+                Arc::new(Repeat),
+                outer,
+                schema,
+            );
+            let batch =
+                RecordBatch::try_new(in_schema, vec![Arc::new(Int64Array::from(input))]).unwrap();
+            let mut out = Vec::new();
+            let mut from = None;
+            let mut calls = 0;
+            loop {
+                calls += 1;
+                from = op
+                    .process_resumable(&batch, from, 0, &mut |b: RecordBatch| {
+                        let n = b.column(0).as_primitive::<Int64Type>();
+                        let v = b.column(1).as_primitive::<Int64Type>();
+                        for i in 0..b.num_rows() {
+                            out.push((
+                                n.is_valid(i).then(|| n.value(i)),
+                                v.is_valid(i).then(|| v.value(i)),
+                            ));
+                        }
+                        Ok(Demand::Suspend)
+                    })
+                    .unwrap();
+                if from.is_none() {
+                    break;
+                }
+            }
+            assert_eq!(out, whole, "outer: {outer}");
+            assert!(calls >= 4, "stopped after each full batch: {calls} calls");
+        }
     }
 
     #[test]
