@@ -269,7 +269,8 @@ mod tests {
         }
     }
 
-    fn run(outer: bool, input: Vec<Option<i64>>) -> Result<Vec<(Option<i64>, Option<i64>)>> {
+    /// An expansion by `Repeat` of column `n`, and a batch of `input`.
+    fn operator(outer: bool, input: Vec<Option<i64>>) -> (ExpandOperator, RecordBatch) {
         let in_schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
         let schema = Arc::new(Schema::new(vec![
             Field::new("n", DataType::Int64, true),
@@ -281,18 +282,29 @@ mod tests {
             outer,
             schema,
         );
-        let batch = RecordBatch::try_new(in_schema, vec![Arc::new(Int64Array::from(input))])?;
+        let batch =
+            RecordBatch::try_new(in_schema, vec![Arc::new(Int64Array::from(input))]).unwrap();
+        (op, batch)
+    }
+
+    /// Appends an output batch's `(n, v)` rows to `out`.
+    fn collect(b: &RecordBatch, out: &mut Vec<(Option<i64>, Option<i64>)>) {
+        assert!(b.num_rows() <= OUTPUT_ROWS);
+        let n = b.column(0).as_primitive::<Int64Type>();
+        let v = b.column(1).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            out.push((
+                n.is_valid(i).then(|| n.value(i)),
+                v.is_valid(i).then(|| v.value(i)),
+            ));
+        }
+    }
+
+    fn run(outer: bool, input: Vec<Option<i64>>) -> Result<Vec<(Option<i64>, Option<i64>)>> {
+        let (op, batch) = operator(outer, input);
         let mut out = Vec::new();
         op.process(batch, 0, &mut |b: RecordBatch| {
-            assert!(b.num_rows() <= OUTPUT_ROWS);
-            let n = b.column(0).as_primitive::<Int64Type>();
-            let v = b.column(1).as_primitive::<Int64Type>();
-            for i in 0..b.num_rows() {
-                out.push((
-                    n.is_valid(i).then(|| n.value(i)),
-                    v.is_valid(i).then(|| v.value(i)),
-                ));
-            }
+            collect(&b, &mut out);
             Ok(Demand::More)
         })?;
         Ok(out)
@@ -332,19 +344,7 @@ mod tests {
         for outer in [false, true] {
             let input = vec![Some(20_000), Some(0), Some(8192), None, Some(3), Some(9000)];
             let whole = run(outer, input.clone()).unwrap();
-            let in_schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
-            let schema = Arc::new(Schema::new(vec![
-                Field::new("n", DataType::Int64, true),
-                Field::new("v", DataType::Int64, true),
-            ]));
-            let op = ExpandOperator::new(
-                vec![Arc::new(Column::new("n", 0))],
-                Arc::new(Repeat),
-                outer,
-                schema,
-            );
-            let batch =
-                RecordBatch::try_new(in_schema, vec![Arc::new(Int64Array::from(input))]).unwrap();
+            let (op, batch) = operator(outer, input);
             let mut out = Vec::new();
             let mut from = None;
             let mut calls = 0;
@@ -352,14 +352,7 @@ mod tests {
                 calls += 1;
                 from = op
                     .process_resumable(&batch, from, 0, &mut |b: RecordBatch| {
-                        let n = b.column(0).as_primitive::<Int64Type>();
-                        let v = b.column(1).as_primitive::<Int64Type>();
-                        for i in 0..b.num_rows() {
-                            out.push((
-                                n.is_valid(i).then(|| n.value(i)),
-                                v.is_valid(i).then(|| v.value(i)),
-                            ));
-                        }
+                        collect(&b, &mut out);
                         Ok(Demand::Suspend)
                     })
                     .unwrap();
