@@ -133,7 +133,7 @@ impl Pipeline {
             Some(operator) => {
                 let suspendable = self.suspendable.get(op).copied().unwrap_or(false);
                 let mut inner_suspended = false;
-                let resume = {
+                let stopped = {
                     let mut emit = |out| {
                         if (run.stop)() {
                             return Ok(Demand::Enough);
@@ -143,13 +143,15 @@ impl Pipeline {
                         Ok(after_chunk(demand, suspendable, run.suspend))
                     };
                     if suspendable {
-                        operator.process_resumable(&batch, from, run.worker, &mut emit)?
+                        operator
+                            .process_resumable(&batch, from, run.worker, &mut emit)?
+                            .map(|resume| (resume, batch))
                     } else {
-                        operator.process(batch.clone(), run.worker, &mut emit)?;
+                        operator.process(batch, run.worker, &mut emit)?;
                         None
                     }
                 };
-                if let Some(resume) = resume {
+                if let Some((resume, batch)) = stopped {
                     run.recorded.borrow_mut().push_back(Frame {
                         op,
                         seq,
