@@ -121,8 +121,8 @@ pub(crate) struct Continuation {
     pub(crate) chunks: u32,
     /// Task time spent on the morsel so far, over every task that ran it.
     pub(crate) spent: Duration,
-    /// Whether it was parked before (and so counts in [`Suspended`]'s
-    /// `held`).
+    /// Whether a task parked it before: the task that finishes it reports
+    /// a resumed morsel.
     pub(crate) parked: bool,
 }
 
@@ -165,7 +165,7 @@ impl Continuation {
 pub(crate) enum Driven {
     /// Every batch of the morsel went through and the sink was told.
     Done,
-    /// A task stop inside it: frames or slices are left.
+    /// A task stopped inside it: frames or slices are left.
     Suspended,
     /// The query was cancelled: the rest goes with it.
     Stopped,
