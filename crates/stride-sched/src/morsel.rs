@@ -386,6 +386,30 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_morsel_moves_the_estimate_by_its_whole_time() {
+        let policy = MorselPolicy::Adaptive(AdaptiveMorsels::default());
+        // A morsel of 100 tuples that took 10 ms over the tasks that ran
+        // it (1e4 tuples/s): the estimate moves by α = 0.8 towards that.
+        let state = MorselState::default();
+        state.set_throughput(1e7);
+        let mut sizer = MorselSizer::new(&policy, &state, T_MAX, 1);
+        sizer.resumed_done(100, Duration::from_millis(10));
+        let t = state.throughput().unwrap();
+        assert!((t - (0.8 * 1e4 + 0.2 * 1e7)).abs() < 1.0, "{t}");
+        // Without an estimate yet, it becomes the estimate.
+        let state = MorselState::default();
+        let mut sizer = MorselSizer::new(&policy, &state, T_MAX, 1);
+        sizer.resumed_done(100, Duration::from_millis(10));
+        assert_eq!(state.throughput(), Some(1e4));
+        // Fixed morsels keep no estimate.
+        let fixed = MorselPolicy::Fixed(10);
+        let state = MorselState::default();
+        let mut sizer = MorselSizer::new(&fixed, &state, T_MAX, 1);
+        sizer.resumed_done(100, Duration::from_millis(10));
+        assert_eq!(state.throughput(), None);
+    }
+
+    #[test]
     fn shutdown_splits_the_rest_over_the_workers() {
         let policy = one_morsel_per_task();
         let state = MorselState::default();
