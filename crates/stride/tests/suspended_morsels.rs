@@ -1,6 +1,7 @@
 //! Joins whose probe rows each match thousands of rows (and a set-returning
-//! function whose rows each give thousands of values), so that one morsel
-//! becomes many output chunks: with a tiny time slice every task stops
+//! function whose rows each give thousands of values, and grouping sets
+//! that hand each batch on once per set), so that one morsel becomes many
+//! output chunks: with a tiny time slice every task stops
 //! inside such a morsel after a chunk, parks the rest, and a later task
 //! (on any worker) goes on from there (`stride_exec::suspend`). Under 1 and
 //! 2 workers, single-row, small and adaptive morsels, every answer must be
@@ -210,6 +211,43 @@ fn a_resumed_morsel_produces_its_rows_in_the_order_of_an_uninterrupted_run() {
             reference == rows(&out),
             "morsels of {rows_per_morsel}: rows differ from an uninterrupted run"
         );
+    }
+}
+
+#[test]
+fn grouping_sets_stopped_between_sets_aggregate_every_row_once() {
+    // CUBE of three keys: each input batch is handed on eight times, and a
+    // task may stop between any two. The answer must equal a run without
+    // stops (one worker, a 30 s slice).
+    let sql = "SELECT v % 2 AS x, v % 3 AS y, v % 5 AS z, count(*) AS n, sum(v) AS s FROM a \
+               GROUP BY CUBE (v % 2, v % 3, v % 5)";
+    // Rolled-up keys are NULL: compared as -1.
+    let outer = format!(
+        "SELECT coalesce(x, -1), coalesce(y, -1), coalesce(z, -1), n, \
+         CAST(s AS BIGINT) FROM ({sql}) t ORDER BY 1, 2, 3"
+    );
+    let reference = rows(
+        &engine(1, MorselPolicy::Fixed(300), Duration::from_secs(30))
+            .session()
+            .query(&outer)
+            .unwrap(),
+    );
+    // 2·3·5 + 2·3 + 2·5 + 3·5 + 2 + 3 + 5 + 1 groups.
+    assert_eq!(reference.len(), 72, "{reference:?}");
+    for (workers, morsels) in configs() {
+        let engine = engine(workers, morsels.clone(), Duration::from_micros(50));
+        let out = engine.session().query(&outer).unwrap();
+        assert!(
+            rows(&out) == reference,
+            "{workers} workers, {morsels:?}: the groups differ"
+        );
+        if matches!(morsels, MorselPolicy::Fixed(_)) {
+            assert!(
+                out.stats.suspended_morsels > 0,
+                "{workers} workers, {morsels:?}: no stop between sets: {:?}",
+                out.stats
+            );
+        }
     }
 }
 

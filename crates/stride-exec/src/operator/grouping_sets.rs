@@ -9,7 +9,8 @@
 //! ```
 //!
 //! The output of one input batch is one batch per set (bounded chunks: each
-//! as long as the input). A set's *grouping id* is the bitmask of its
+//! as long as the input), and a task may stop after any of them
+//! (`crate::suspend`). A set's *grouping id* is the bitmask of its
 //! absent keys, bit `n-1-i` for key `i` (PostgreSQL's `GROUPING()` order);
 //! the *ordinal* numbers repeated sets with the same mask so that each
 //! repetition forms groups of its own. A key's NULL from the data and a
@@ -27,7 +28,7 @@ use arrow::array::{new_null_array, ArrayRef, BooleanArray, RecordBatch, RecordBa
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::ScalarValue;
 
-use super::{Deferred, Emit, Operator, Pass, PassRun};
+use super::{Deferred, Demand, Emit, Operator, Output, Pass, PassRun, Resume};
 use crate::error::{ExecError, Result};
 use crate::plan::{ExprRef, GroupingSet};
 use crate::source::{BlockSource, Blocks};
@@ -115,17 +116,40 @@ fn grand_total_rows(
     )?))
 }
 
-impl Operator for GroupingSetsOperator {
-    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+/// Where an expansion stopped inside a batch ([`Resume`]): the evaluated
+/// keys and the next set.
+struct SetsResume {
+    keys: Vec<ArrayRef>,
+    next: usize,
+}
+
+impl GroupingSetsOperator {
+    /// Emits `batch` once per set from `from` (see
+    /// [`Operator::process_resumable`]).
+    fn expand(
+        &self,
+        batch: &RecordBatch,
+        from: Option<Resume>,
+        emit: &mut Emit<'_>,
+    ) -> Result<Option<Resume>> {
         let n = batch.num_rows();
-        let keys = self
-            .keys
-            .iter()
-            .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(n)))
-            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let (keys, first) = match from {
+            Some(resume) => {
+                let r: SetsResume = resume.into_state()?;
+                (r.keys, r.next)
+            }
+            None => {
+                let keys = self
+                    .keys
+                    .iter()
+                    .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
+                    .collect::<datafusion_common::Result<Vec<_>>>()?;
+                (keys, 0)
+            }
+        };
         let real: ArrayRef = Arc::new(BooleanArray::from(vec![true; n]));
         let width = keys.len();
-        for set in &self.sets {
+        for (k, set) in self.sets.iter().enumerate().skip(first) {
             let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
             for (i, key) in keys.iter().enumerate() {
                 let absent = set.mask & (1u64 << (width - 1 - i)) != 0;
@@ -146,11 +170,36 @@ impl Operator for GroupingSetsOperator {
                 columns,
                 &RecordBatchOptions::new().with_row_count(Some(n)),
             )?;
-            if emit(out)? == super::Demand::Enough {
-                break;
+            match emit(out)? {
+                Demand::More => {}
+                Demand::Enough => return Ok(None),
+                Demand::Suspend if k + 1 < self.sets.len() => {
+                    return Ok(Some(Resume::new(SetsResume { keys, next: k + 1 })));
+                }
+                Demand::Suspend => return Ok(None),
             }
         }
-        Ok(())
+        Ok(None)
+    }
+}
+
+impl Operator for GroupingSetsOperator {
+    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+        self.expand(&batch, None, emit).map(drop)
+    }
+
+    fn output(&self) -> Output {
+        Output::Resumable
+    }
+
+    fn process_resumable(
+        &self,
+        batch: &RecordBatch,
+        from: Option<Resume>,
+        _worker: usize,
+        emit: &mut Emit<'_>,
+    ) -> Result<Option<Resume>> {
+        self.expand(batch, from, emit)
     }
 
     fn deferred(&self) -> Result<Option<Arc<dyn Deferred>>> {
