@@ -265,20 +265,24 @@ impl Pipeline {
             if worked && counted && ctx.suspend_requested() {
                 return Ok(TaskOutcome::Yielded);
             }
-            let parked = if counted { self.suspended.take() } else { None };
+            let parked = if counted {
+                self.suspended.take_or_begin()
+            } else {
+                None
+            };
             let continuation = match parked {
                 Some(c) => c,
                 None => {
                     let Some(rows) = ctx.next_morsel(self.source.remaining_rows()) else {
+                        if counted {
+                            self.suspended.abandon();
+                        }
                         return Ok(TaskOutcome::Yielded);
                     };
                     let rows = self
                         .sink
                         .morsel_rows_cap()
                         .map_or(rows, |cap| rows.min(cap));
-                    if counted {
-                        self.suspended.begin();
-                    }
                     match self.source.take(rows, ctx) {
                         Ok(Taken::Morsel(m)) => Continuation::new(m, self.input),
                         Ok(Taken::Dry) if counted => match self.suspended.dry() {

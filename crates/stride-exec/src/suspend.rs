@@ -34,7 +34,11 @@
 //! Every change of the count, the parked list and the two flags `dry` and
 //! `closed` happens under the pool's mutex, so these are linearizable:
 //!
-//! * **begin** (before asking the source): in flight + 1.
+//! * **take or begin** (a task looks for work): moves one parked
+//!   continuation out (in flight unchanged); if none is parked, the task
+//!   will ask the source, and in flight + 1.
+//! * **abandon** (the task did not ask after all, or the source gave no
+//!   morsel without being dry): in flight − 1.
 //! * **dry** (the source had nothing): in flight − 1 and `dry` is set; then
 //!   a parked continuation, if any, is the task's to run; else, with nothing
 //!   in flight, `closed` is set and the task reports
@@ -43,8 +47,6 @@
 //!   set until its next entry.
 //! * **park** (a task stopped inside a morsel): the continuation joins the
 //!   parked list; in flight is unchanged. Refused only once `closed`.
-//! * **take** (a task looks for work, before asking its source): moves one
-//!   parked continuation out; in flight is unchanged.
 //! * **finish** (a morsel is done, or its query stopped): in flight − 1; if
 //!   that was the last one and `dry` is set, `closed` is set and the task
 //!   reports `Exhausted` itself.
@@ -192,8 +194,8 @@ pub(crate) struct Suspended {
 #[derive(Debug, Default)]
 struct Pool {
     parked: Vec<Continuation>,
-    /// Morsels counted by `begin` and not finished: run by a task, about to
-    /// be taken from the source, or parked.
+    /// Morsels counted by `take_or_begin` and not finished: run by a task,
+    /// about to be taken from the source, or parked.
     in_flight: usize,
     /// A task found the source dry.
     dry: bool,
@@ -206,13 +208,21 @@ impl Suspended {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A task is about to ask the source for a morsel.
-    pub(crate) fn begin(&self) {
-        self.pool().in_flight += 1;
+    /// A parked continuation, if any (oldest first); otherwise the task is
+    /// about to ask the source for a morsel, which is in flight from now
+    /// on. One lock per morsel for both.
+    pub(crate) fn take_or_begin(&self) -> Option<Continuation> {
+        let mut pool = self.pool();
+        if pool.parked.is_empty() {
+            pool.in_flight += 1;
+            return None;
+        }
+        Some(pool.parked.remove(0))
     }
 
-    /// The source gave no morsel and is not dry (another node's part is
-    /// left, or it failed): the count of [`Self::begin`] goes.
+    /// The task did not ask the source after all (its slice was over), or
+    /// the source gave no morsel and is not dry (another node's part is
+    /// left, or it failed): the count of [`Self::take_or_begin`] goes.
     pub(crate) fn abandon(&self) {
         let mut pool = self.pool();
         pool.in_flight = pool.in_flight.saturating_sub(1);
@@ -243,15 +253,6 @@ impl Suspended {
         c.parked = true;
         pool.parked.push(c);
         Ok(())
-    }
-
-    /// A parked continuation, if any (oldest first).
-    pub(crate) fn take(&self) -> Option<Continuation> {
-        let mut pool = self.pool();
-        if pool.parked.is_empty() {
-            return None;
-        }
-        Some(pool.parked.remove(0))
     }
 
     /// A morsel in flight is done (or its query stopped): it leaves the
@@ -343,30 +344,31 @@ mod tests {
     #[test]
     fn the_set_is_exhausted_only_once_no_morsel_is_in_flight() {
         let pool = Suspended::default();
-        // Two tasks take a morsel each; the first suspends and parks it.
-        pool.begin();
-        pool.begin();
+        // Two tasks take a morsel each; a third asks the source while the
+        // first suspends and parks its morsel.
+        assert!(pool.take_or_begin().is_none());
+        assert!(pool.take_or_begin().is_none());
+        assert!(pool.take_or_begin().is_none());
         assert!(pool.park(continuation(10)).is_ok());
-        // A third task finds the source dry: it takes the parked morsel
+        // The third finds the source dry: it takes the parked morsel
         // rather than exhaust the set.
-        pool.begin();
         let taken = match pool.dry() {
             AtDry::Take(c) => c,
             other => panic!("expected the parked continuation, got {other:?}"),
         };
         assert!(taken.parked);
         // A fourth finds the source dry while two morsels are in flight.
-        pool.begin();
+        assert!(pool.take_or_begin().is_none());
         assert!(matches!(pool.dry(), AtDry::Held));
         // Parked again, taken again, finished: one morsel still in flight.
         assert!(pool.park(taken).is_ok());
-        let _taken = pool.take().expect("parked");
+        let _taken = pool.take_or_begin().expect("parked");
         assert!(!pool.finish());
         // The second task's morsel was taken before the source ran dry: it
         // may still be parked, and its finish is the last — that task
         // reports the set exhausted.
         assert!(pool.park(continuation(3)).is_ok());
-        let _last = pool.take().expect("parked");
+        let _last = pool.take_or_begin().expect("parked");
         assert!(pool.finish());
         assert_eq!(pool.parked(), 0);
         // Closed: nothing more is parked.
@@ -376,30 +378,33 @@ mod tests {
     #[test]
     fn a_dry_source_with_nothing_in_flight_is_exhausted_at_once() {
         let pool = Suspended::default();
-        pool.begin();
+        assert!(pool.take_or_begin().is_none());
         assert!(!pool.finish());
-        pool.begin();
+        assert!(pool.take_or_begin().is_none());
         assert!(matches!(pool.dry(), AtDry::Exhausted));
         // A task that gave up a morsel another node holds counts out.
         let pool = Suspended::default();
-        pool.begin();
+        assert!(pool.take_or_begin().is_none());
         pool.abandon();
-        pool.begin();
+        assert!(pool.take_or_begin().is_none());
         assert!(matches!(pool.dry(), AtDry::Exhausted));
     }
 
     #[test]
     fn a_full_sink_drops_what_is_parked() {
         let pool = Suspended::default();
-        for rows in [1, 2, 4] {
-            pool.begin();
-            if rows < 4 {
-                assert!(pool.park(continuation(rows)).is_ok());
-            }
+        // Three morsels in flight, two of them parked.
+        for _ in 0..3 {
+            assert!(pool.take_or_begin().is_none());
         }
+        assert!(pool.park(continuation(1)).is_ok());
+        assert!(pool.park(continuation(2)).is_ok());
         pool.close();
         assert_eq!(pool.parked(), 0);
-        assert!(pool.take().is_none());
+        assert!(
+            pool.take_or_begin().is_none(),
+            "nothing is parked after a close"
+        );
         // The morsel still running cannot be parked; its task drops it.
         assert!(pool.park(continuation(4)).is_err());
         assert!(!pool.finish(), "a closed pool reports no last morsel");
