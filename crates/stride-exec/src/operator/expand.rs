@@ -122,12 +122,20 @@ struct RowInProgress {
     produced: usize,
 }
 
-impl ExpandOperator {
-    /// Expands `batch` from `from` (see [`Operator::process_resumable`]).
-    fn expand(
+impl Operator for ExpandOperator {
+    fn process(&self, batch: RecordBatch, worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+        self.process_resumable(&batch, None, worker, emit).map(drop)
+    }
+
+    fn output(&self) -> Output {
+        Output::Resumable
+    }
+
+    fn process_resumable(
         &self,
         batch: &RecordBatch,
         from: Option<Resume>,
+        _worker: usize,
         emit: &mut Emit<'_>,
     ) -> Result<Option<Resume>> {
         let n = batch.num_rows();
@@ -207,26 +215,6 @@ impl ExpandOperator {
             emit(out)?;
         }
         Ok(None)
-    }
-}
-
-impl Operator for ExpandOperator {
-    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
-        self.expand(&batch, None, emit).map(drop)
-    }
-
-    fn output(&self) -> Output {
-        Output::Resumable
-    }
-
-    fn process_resumable(
-        &self,
-        batch: &RecordBatch,
-        from: Option<Resume>,
-        _worker: usize,
-        emit: &mut Emit<'_>,
-    ) -> Result<Option<Resume>> {
-        self.expand(batch, from, emit)
     }
 
     fn name(&self) -> String {

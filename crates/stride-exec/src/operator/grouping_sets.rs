@@ -123,13 +123,20 @@ struct SetsResume {
     next: usize,
 }
 
-impl GroupingSetsOperator {
-    /// Emits `batch` once per set from `from` (see
-    /// [`Operator::process_resumable`]).
-    fn expand(
+impl Operator for GroupingSetsOperator {
+    fn process(&self, batch: RecordBatch, worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+        self.process_resumable(&batch, None, worker, emit).map(drop)
+    }
+
+    fn output(&self) -> Output {
+        Output::Resumable
+    }
+
+    fn process_resumable(
         &self,
         batch: &RecordBatch,
         from: Option<Resume>,
+        _worker: usize,
         emit: &mut Emit<'_>,
     ) -> Result<Option<Resume>> {
         let n = batch.num_rows();
@@ -180,26 +187,6 @@ impl GroupingSetsOperator {
             }
         }
         Ok(None)
-    }
-}
-
-impl Operator for GroupingSetsOperator {
-    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
-        self.expand(&batch, None, emit).map(drop)
-    }
-
-    fn output(&self) -> Output {
-        Output::Resumable
-    }
-
-    fn process_resumable(
-        &self,
-        batch: &RecordBatch,
-        from: Option<Resume>,
-        _worker: usize,
-        emit: &mut Emit<'_>,
-    ) -> Result<Option<Resume>> {
-        self.expand(batch, from, emit)
     }
 
     fn deferred(&self) -> Result<Option<Arc<dyn Deferred>>> {

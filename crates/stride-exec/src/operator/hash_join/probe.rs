@@ -319,12 +319,20 @@ struct ProbeResume {
     cursor: ProbeCursor,
 }
 
-impl HashProbeOperator {
-    /// Probes `batch` from `from` (see [`Operator::process_resumable`]).
-    fn probe(
+impl Operator for HashProbeOperator {
+    fn process(&self, batch: RecordBatch, worker: usize, emit: &mut Emit<'_>) -> Result<()> {
+        self.process_resumable(&batch, None, worker, emit).map(drop)
+    }
+
+    fn output(&self) -> Output {
+        Output::Resumable
+    }
+
+    fn process_resumable(
         &self,
         batch: &RecordBatch,
         from: Option<Resume>,
+        _worker: usize,
         emit: &mut Emit<'_>,
     ) -> Result<Option<Resume>> {
         let table = self
@@ -384,26 +392,6 @@ impl HashProbeOperator {
             }
         }
         Ok(None)
-    }
-}
-
-impl Operator for HashProbeOperator {
-    fn process(&self, batch: RecordBatch, _worker: usize, emit: &mut Emit<'_>) -> Result<()> {
-        self.probe(&batch, None, emit).map(drop)
-    }
-
-    fn output(&self) -> Output {
-        Output::Resumable
-    }
-
-    fn process_resumable(
-        &self,
-        batch: &RecordBatch,
-        from: Option<Resume>,
-        _worker: usize,
-        emit: &mut Emit<'_>,
-    ) -> Result<Option<Resume>> {
-        self.probe(batch, from, emit)
     }
 
     fn deferred(&self) -> Result<Option<Arc<dyn Deferred>>> {
