@@ -9,7 +9,7 @@
 //!       ▼
 //!  ┌► ready ──Query──────────► run every statement ─► rows/tags/errors ─► ReadyForQuery ─┐
 //!  │    │ ──Parse/Bind/Describe/Execute/Close──► replies (no ReadyForQuery);            │
-//!  │    │      after an error: skip messages until Sync                                 │
+//!  │    │      after an error: send it at once, skip messages until Sync                │
 //!  │    │ ──Sync──► ReadyForQuery                                                       │
 //!  └────┴──────────────────────────────────────────────────────────────────────────────┘
 //!       Terminate / EOF / malformed message ─► close (cancelling a running query)
@@ -495,6 +495,7 @@ impl Connection {
                         self.flush().await?;
                     } else if !self.skip_until_sync {
                         self.extended_error(sqlstate::CHARACTER_NOT_IN_REPERTOIRE, &message);
+                        self.flush().await?;
                     }
                     continue;
                 }
@@ -570,7 +571,16 @@ impl Connection {
                     );
                 }
             }
-            self.flush_if_full().await?;
+            if self.skip_until_sync {
+                // This message failed (a skipped one never gets here, and
+                // Sync clears the flag). PostgreSQL sends an error at once,
+                // without waiting for Sync or Flush: a client that sent
+                // Parse, Describe and Flush (asyncpg's prepare) waits for
+                // the answer before it sends Sync.
+                self.flush().await?;
+            } else {
+                self.flush_if_full().await?;
+            }
         }
     }
 

@@ -348,6 +348,46 @@ fn invalid_utf8_fails_the_statement_and_keeps_the_connection() {
     assert!(msgs.iter().any(|m| m.0 == b'D'), "{msgs:?}");
 }
 
+/// An error in an extended-protocol exchange is sent at once, before the
+/// client's Sync: asyncpg prepares with Parse, Describe and Flush and waits
+/// for the answer before it sends anything else.
+#[test]
+fn an_extended_protocol_error_is_sent_before_sync() {
+    let mut s = raw_connect();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for (sql, sqlstate) in [
+        ("select * from no_such_table", "42P01"),
+        ("selec 1", "42601"),
+    ] {
+        let mut parse = b"stmt\0".to_vec();
+        parse.extend_from_slice(sql.as_bytes());
+        parse.push(0);
+        parse.extend_from_slice(&0i16.to_be_bytes());
+        s.write_all(&message(b'P', &parse)).unwrap();
+        s.write_all(&message(b'D', b"Sstmt\0")).unwrap();
+        s.write_all(&message(b'H', &[])).unwrap();
+        // The error arrives without a Sync (read_until returns at the
+        // timeout, without it, if the server waits for one).
+        let msgs = read_until(&mut s, b'E');
+        let error = msgs
+            .last()
+            .filter(|m| m.0 == b'E')
+            .expect("an error before Sync");
+        assert_eq!(sqlstate_of(&error.1), sqlstate, "{sql}");
+        // Messages up to Sync are still skipped: the Describe of the
+        // failed statement answers nothing, Sync answers ReadyForQuery.
+        s.write_all(&message(b'D', b"Sstmt\0")).unwrap();
+        s.write_all(&message(b'S', &[])).unwrap();
+        let msgs = read_until(&mut s, b'Z');
+        assert_eq!(
+            msgs.iter().map(|m| m.0).collect::<Vec<_>>(),
+            [b'Z'],
+            "{sql}: {msgs:?}"
+        );
+    }
+    server_still_serves();
+}
+
 #[test]
 fn clients_that_never_start_up_are_dropped_after_the_authentication_timeout() {
     // A client that sends nothing after connecting is dropped after the
