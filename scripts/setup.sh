@@ -3,8 +3,8 @@
 #
 #   bash scripts/setup.sh           what the server tests drive Stride with:
 #                                   psql and pgbench (Debian's postgresql-client),
-#                                   Java and pgjdbc (Debian), psycopg and
-#                                   SQLAlchemy (PyPI,
+#                                   Java and pgjdbc (Debian), psycopg,
+#                                   asyncpg, SQLAlchemy and pandas (PyPI,
 #                                   scripts/requirements-test.txt)
 #   bash scripts/setup.sh --peers   also the peer comparison (scripts/peers.py):
 #                                   PostgreSQL's server (Debian's postgresql) and
@@ -44,7 +44,7 @@ fi
 if [ ! -f /usr/share/java/postgresql.jar ]; then
     apt_install libpostgresql-jdbc-java
 fi
-if ! python3 -c "import psycopg, sqlalchemy" 2>/dev/null; then
+if ! python3 -c "import psycopg, sqlalchemy, asyncpg, pandas" 2>/dev/null; then
     python3 -m pip install -q -r requirements-test.txt
 fi
 

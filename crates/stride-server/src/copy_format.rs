@@ -84,7 +84,12 @@ impl<'a> Columns<'a> {
         let pending = fields
             .iter()
             .map(|f| {
-                if binary || *f.data_type() == DataType::Boolean {
+                // Booleans, bytea and intervals have text forms of their
+                // own (`t`, `\x6869`, `1 day 02:00:00`) that a cast from a
+                // string misreads or refuses.
+                let own_text = matches!(f.data_type(), DataType::Boolean | DataType::Interval(_))
+                    || types::is_binary_type(f.data_type());
+                if binary || own_text {
                     Pending::Scalars(Vec::new())
                 } else {
                     Pending::Text {

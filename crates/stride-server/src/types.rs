@@ -12,17 +12,23 @@
 //! | Utf8, LargeUtf8, Utf8View      | text (25)             | UTF-8 bytes              |
 //! | Date32                         | date (1082)           | days since 2000-01-01    |
 //! | Timestamp (no zone / zone)     | timestamp (1114) / timestamptz (1184) | µs since 2000-01-01 |
+//! | Binary, LargeBinary, BinaryView, FixedSizeBinary | bytea (17) | the bytes          |
+//! | Time32, Time64                 | time (1083)           | µs since midnight        |
+//! | Interval (any unit)            | interval (1186)       | µs (i64), days, months (i32) |
 //! | anything else                  | text (25), its Arrow display form | UTF-8 bytes  |
 //!
 //! Decimals are exact in both formats; `CHAR(n)`/`VARCHAR(n)` columns are
-//! stored as Arrow strings and sent as `text`.
+//! stored as Arrow strings and sent as `text`. In text format, bytea is
+//! PostgreSQL's hex form (`\x6869`), time `HH:MM:SS[.ffffff]` and interval
+//! PostgreSQL's default `IntervalStyle` (`postgres`: `1 year 2 mons -3 days
+//! +04:05:06.5`).
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float32Array, Float64Array,
 };
 use arrow::datatypes::{
-    DataType, Date32Type, Int16Type, Int32Type, Int64Type, Int8Type, TimeUnit, UInt16Type,
-    UInt32Type, UInt64Type, UInt8Type,
+    DataType, Date32Type, Int16Type, Int32Type, Int64Type, Int8Type, IntervalMonthDayNano,
+    IntervalUnit, TimeUnit, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion_common::ScalarValue;
@@ -42,6 +48,9 @@ pub const TIMESTAMPTZ: u32 = 1184;
 pub const NUMERIC: u32 = 1700;
 pub const UNKNOWN: u32 = 705;
 pub const NAME: u32 = 19;
+pub const BYTEA: u32 = 17;
+pub const TIME: u32 = 1083;
+pub const INTERVAL: u32 = 1186;
 
 /// Days from 1970-01-01 to 2000-01-01 (PostgreSQL's epoch).
 const PG_EPOCH_DAYS: i32 = 10_957;
@@ -65,6 +74,9 @@ fn arrow_type_of(oid: u32) -> DataType {
         FLOAT8 => DataType::Float64,
         DATE => DataType::Date32,
         TIMESTAMP => DataType::Timestamp(TimeUnit::Microsecond, None),
+        BYTEA => DataType::Binary,
+        TIME => DataType::Time64(TimeUnit::Microsecond),
+        INTERVAL => DataType::Interval(IntervalUnit::MonthDayNano),
         _ => DataType::Utf8,
     }
 }
@@ -145,9 +157,155 @@ fn encode_text(a: &ArrayRef, row: usize, out: &mut Vec<u8>, fmt: &ArrayFormatter
                 out[start + t] = b' ';
             }
         }
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => {
+            out.extend_from_slice(b"\\x");
+            for byte in binary_value(a, row) {
+                let _ = write!(out, "{byte:02x}");
+            }
+        }
+        DataType::Time32(_) | DataType::Time64(_) => time_text(time_micros(a, row), out),
+        DataType::Interval(_) => interval_text(interval_value(a, row), out),
         _ => {
             let _ = write!(out, "{}", fmt.value(row));
         }
+    }
+}
+
+/// The bytes of binary value `row` of `a` (a binary type).
+fn binary_value(a: &ArrayRef, row: usize) -> &[u8] {
+    match a.data_type() {
+        DataType::Binary => a.as_binary::<i32>().value(row),
+        DataType::LargeBinary => a.as_binary::<i64>().value(row),
+        DataType::BinaryView => a.as_binary_view().value(row),
+        DataType::FixedSizeBinary(_) => a.as_fixed_size_binary().value(row),
+        other => unreachable!("binary_value of {other}"),
+    }
+}
+
+/// Time value `row` of `a` (a time type) in microseconds since midnight
+/// (nanoseconds truncated, as PostgreSQL keeps microseconds).
+fn time_micros(a: &ArrayRef, row: usize) -> i64 {
+    use arrow::datatypes::{
+        Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType,
+    };
+    match a.data_type() {
+        DataType::Time32(TimeUnit::Second) => {
+            i64::from(a.as_primitive::<Time32SecondType>().value(row)) * 1_000_000
+        }
+        DataType::Time32(_) => {
+            i64::from(a.as_primitive::<Time32MillisecondType>().value(row)) * 1_000
+        }
+        DataType::Time64(TimeUnit::Microsecond) => {
+            a.as_primitive::<Time64MicrosecondType>().value(row)
+        }
+        DataType::Time64(_) => a.as_primitive::<Time64NanosecondType>().value(row) / 1_000,
+        other => unreachable!("time_micros of {other}"),
+    }
+}
+
+/// A PostgreSQL interval: months, days and microseconds, each with its own
+/// sign (as PostgreSQL keeps them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PgInterval {
+    months: i32,
+    days: i32,
+    micros: i64,
+}
+
+/// Interval value `row` of `a` (an interval type); nanoseconds truncated
+/// to microseconds.
+fn interval_value(a: &ArrayRef, row: usize) -> PgInterval {
+    use arrow::datatypes::{IntervalDayTimeType, IntervalMonthDayNanoType, IntervalYearMonthType};
+    match a.data_type() {
+        DataType::Interval(IntervalUnit::YearMonth) => PgInterval {
+            months: a.as_primitive::<IntervalYearMonthType>().value(row),
+            days: 0,
+            micros: 0,
+        },
+        DataType::Interval(IntervalUnit::DayTime) => {
+            let v = a.as_primitive::<IntervalDayTimeType>().value(row);
+            PgInterval {
+                months: 0,
+                days: v.days,
+                micros: i64::from(v.milliseconds) * 1_000,
+            }
+        }
+        DataType::Interval(IntervalUnit::MonthDayNano) => {
+            let v = a.as_primitive::<IntervalMonthDayNanoType>().value(row);
+            PgInterval {
+                months: v.months,
+                days: v.days,
+                micros: v.nanoseconds / 1_000,
+            }
+        }
+        other => unreachable!("interval_value of {other}"),
+    }
+}
+
+/// `HH:MM:SS` and, when not whole, the fraction without trailing zeros.
+fn clock_text(micros: u64, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let secs = micros / 1_000_000;
+    let _ = write!(
+        out,
+        "{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    );
+    let frac = micros % 1_000_000;
+    if frac != 0 {
+        let digits = format!("{frac:06}");
+        let _ = write!(out, ".{}", digits.trim_end_matches('0'));
+    }
+}
+
+/// PostgreSQL's text form of a time: `03:04:05`, `03:04:05.25`.
+fn time_text(micros: i64, out: &mut Vec<u8>) {
+    clock_text(micros.max(0) as u64, out);
+}
+
+/// PostgreSQL's text form of an interval in its default `IntervalStyle`
+/// (`postgres`): the nonzero parts among years, months and days, each
+/// `N unit[s]`, then the time as `[+-]HH:MM:SS[.f]` when it is nonzero or
+/// nothing was written. A part after a negative one carries an explicit
+/// `+` when positive (`-1 days +02:00:00`).
+fn interval_text(v: PgInterval, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let mut wrote = false;
+    let mut after_negative = false;
+    let parts = [
+        (v.months / 12, "year"),
+        (v.months % 12, "mon"),
+        (v.days, "day"),
+    ];
+    for (value, unit) in parts {
+        if value == 0 {
+            continue;
+        }
+        let _ = write!(
+            out,
+            "{}{}{value} {unit}{}",
+            if wrote { " " } else { "" },
+            if after_negative && value > 0 { "+" } else { "" },
+            if value == 1 { "" } else { "s" },
+        );
+        after_negative = value < 0;
+        wrote = true;
+    }
+    if v.micros != 0 || !wrote {
+        if wrote {
+            out.push(b' ');
+        }
+        if v.micros < 0 {
+            out.push(b'-');
+        } else if after_negative {
+            out.push(b'+');
+        }
+        clock_text(v.micros.unsigned_abs(), out);
     }
 }
 
@@ -223,6 +381,19 @@ fn encode_binary(a: &ArrayRef, row: usize, out: &mut Vec<u8>, fmt: &ArrayFormatt
                 }
             };
             out.extend_from_slice(&micros.saturating_sub(PG_EPOCH_MICROS).to_be_bytes());
+        }
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => out.extend_from_slice(binary_value(a, row)),
+        DataType::Time32(_) | DataType::Time64(_) => {
+            out.extend_from_slice(&time_micros(a, row).to_be_bytes())
+        }
+        DataType::Interval(_) => {
+            let v = interval_value(a, row);
+            out.extend_from_slice(&v.micros.to_be_bytes());
+            out.extend_from_slice(&v.days.to_be_bytes());
+            out.extend_from_slice(&v.months.to_be_bytes());
         }
         // text: the binary format is the UTF-8 bytes themselves.
         _ => {
@@ -363,7 +534,16 @@ pub fn decode_param(
     let scalar = if format == 0 {
         let text =
             std::str::from_utf8(bytes).map_err(|_| "parameter is not valid UTF-8".to_string())?;
-        let text = if target == DataType::Boolean {
+        if is_binary_type(&target) {
+            return cast_scalar(
+                ScalarValue::Binary(Some(stride_sql::bytea_text::decode(text)?)),
+                oid,
+                &target,
+            );
+        }
+        let text = if matches!(target, DataType::Interval(_)) {
+            stride_sql::interval_text::normalize(text)?
+        } else if target == DataType::Boolean {
             match text.trim().to_ascii_lowercase().as_str() {
                 "t" | "true" | "yes" | "on" | "1" => "true".to_string(),
                 "f" | "false" | "no" | "off" | "0" => "false".to_string(),
@@ -414,6 +594,23 @@ pub fn decode_param(
                 let us = i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| "timestamp")?);
                 ScalarValue::TimestampMicrosecond(Some(us.saturating_add(PG_EPOCH_MICROS)), None)
             }
+            BYTEA => ScalarValue::Binary(Some(bytes.to_vec())),
+            TIME => {
+                let us = i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| "time")?);
+                ScalarValue::Time64Microsecond(Some(us))
+            }
+            INTERVAL => {
+                let b = fixed(16)?;
+                let micros = i64::from_be_bytes(b[0..8].try_into().map_err(|_| "interval")?);
+                let days = i32::from_be_bytes(b[8..12].try_into().map_err(|_| "interval")?);
+                let months = i32::from_be_bytes(b[12..16].try_into().map_err(|_| "interval")?);
+                let nanos = micros
+                    .checked_mul(1_000)
+                    .ok_or_else(|| "interval out of range".to_string())?;
+                ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(
+                    months, days, nanos,
+                )))
+            }
             NUMERIC => {
                 let text = numeric_from_binary(bytes)?;
                 return ScalarValue::try_from_string(text.clone(), &target)
@@ -432,13 +629,28 @@ pub fn decode_param(
             }
         }
     };
-    if scalar.data_type() == target {
+    cast_scalar(scalar, oid, &target)
+}
+
+fn cast_scalar(scalar: ScalarValue, oid: u32, target: &DataType) -> Result<ScalarValue, String> {
+    if scalar.data_type() == *target {
         Ok(scalar)
     } else {
         scalar
-            .cast_to(&target)
+            .cast_to(target)
             .map_err(|_| format!("cannot convert parameter of type oid {oid} to {target}"))
     }
+}
+
+/// Whether `t` is sent as bytea.
+pub fn is_binary_type(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::FixedSizeBinary(_)
+    )
 }
 
 /// Whether `array[row]` is NULL (a NULL-typed column is all NULL).
@@ -520,5 +732,119 @@ mod tests {
         enc.encode(0, &mut out);
         enc.encode(1, &mut out);
         assert_eq!(out, b"tf");
+    }
+
+    /// Each value of `a` encoded in text (`binary` false) or binary format.
+    fn encoded(a: ArrayRef, binary: bool) -> Vec<Vec<u8>> {
+        let options = FormatOptions::default();
+        let enc = ColumnEncoder::new(&a, binary, &options).unwrap();
+        (0..a.len())
+            .map(|row| {
+                let mut out = Vec::new();
+                enc.encode(row, &mut out);
+                out
+            })
+            .collect()
+    }
+
+    fn texts(a: ArrayRef) -> Vec<String> {
+        encoded(a, false)
+            .into_iter()
+            .map(|b| String::from_utf8(b).unwrap())
+            .collect()
+    }
+
+    const HOUR_NS: i64 = 3_600_000_000_000;
+
+    fn intervals() -> (Vec<IntervalMonthDayNano>, Vec<&'static str>) {
+        let iv = IntervalMonthDayNano::new;
+        // PostgreSQL 16's output for each value (IntervalStyle postgres).
+        [
+            (
+                iv(14, 3, 4 * HOUR_NS + 306 * 1_000_000_000 + 500_000_000),
+                "1 year 2 mons 3 days 04:05:06.5",
+            ),
+            (iv(0, -1, 2 * HOUR_NS), "-1 days +02:00:00"),
+            (iv(0, 0, 0), "00:00:00"),
+            (iv(-14, 0, 0), "-1 years -2 mons"),
+            (iv(1, 1, 0), "1 mon 1 day"),
+            (iv(12, 0, 0), "1 year"),
+            (iv(0, 0, -1_000), "-00:00:00.000001"),
+            (iv(0, 1, -HOUR_NS), "1 day -01:00:00"),
+            (iv(-1, 2, 0), "-1 mons +2 days"),
+            (iv(0, 0, 100 * HOUR_NS), "100:00:00"),
+        ]
+        .into_iter()
+        .unzip()
+    }
+
+    #[test]
+    fn intervals_print_as_postgres_and_round_trip_in_binary() {
+        use arrow::array::IntervalMonthDayNanoArray;
+        let (values, expected) = intervals();
+        let a: ArrayRef = Arc::new(IntervalMonthDayNanoArray::from(values.clone()));
+        assert_eq!(texts(a.clone()), expected);
+        for (value, bytes) in values.iter().zip(encoded(a, true)) {
+            assert_eq!(bytes.len(), 16);
+            let back = decode_param(Some(&bytes), INTERVAL, 1, None).unwrap();
+            assert_eq!(back, ScalarValue::IntervalMonthDayNano(Some(*value)));
+        }
+        // The text form read back as a parameter is the same value.
+        for (value, text) in values.iter().zip(expected) {
+            let back = decode_param(Some(text.as_bytes()), INTERVAL, 0, None).unwrap();
+            assert_eq!(
+                back,
+                ScalarValue::IntervalMonthDayNano(Some(*value)),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn times_print_as_postgres_and_round_trip_in_binary() {
+        use arrow::array::{Time32SecondArray, Time64MicrosecondArray, Time64NanosecondArray};
+        let micros = vec![0, 3_600_000_000 * 3 + 245_250_000, 86_399_999_999];
+        let a: ArrayRef = Arc::new(Time64MicrosecondArray::from(micros.clone()));
+        assert_eq!(
+            texts(a.clone()),
+            ["00:00:00", "03:04:05.25", "23:59:59.999999"]
+        );
+        for (us, bytes) in micros.iter().zip(encoded(a, true)) {
+            assert_eq!(bytes, us.to_be_bytes());
+            let back = decode_param(Some(&bytes), TIME, 1, None).unwrap();
+            assert_eq!(back, ScalarValue::Time64Microsecond(Some(*us)));
+        }
+        // Other units: nanoseconds truncated to microseconds, seconds whole.
+        let ns: ArrayRef = Arc::new(Time64NanosecondArray::from(vec![1_234_567_891]));
+        assert_eq!(texts(ns), ["00:00:01.234567"]);
+        let s: ArrayRef = Arc::new(Time32SecondArray::from(vec![61]));
+        assert_eq!(texts(s), ["00:01:01"]);
+    }
+
+    #[test]
+    fn bytea_is_hex_in_text_and_raw_in_binary() {
+        use arrow::array::{BinaryArray, LargeBinaryArray};
+        let values: Vec<&[u8]> = vec![b"", b"hi", &[0, 0x5c, 0xff]];
+        let a: ArrayRef = Arc::new(BinaryArray::from(values.clone()));
+        assert_eq!(texts(a.clone()), ["\\x", "\\x6869", "\\x005cff"]);
+        assert_eq!(encoded(a, true), values);
+        let large: ArrayRef = Arc::new(LargeBinaryArray::from(vec![&b"hi"[..]]));
+        assert_eq!(texts(large), ["\\x6869"]);
+        assert_eq!(pg_type(&DataType::Binary), (BYTEA, -1));
+        // Parameters: binary as sent, text in either of PostgreSQL's forms.
+        let bin = |v: &[u8]| ScalarValue::Binary(Some(v.to_vec()));
+        assert_eq!(
+            decode_param(Some(b"\x00ff"), BYTEA, 1, None).unwrap(),
+            bin(b"\x00ff")
+        );
+        assert_eq!(
+            decode_param(Some(b"\\x00ff"), BYTEA, 0, None).unwrap(),
+            bin(&[0, 0xff])
+        );
+        assert_eq!(
+            decode_param(Some(b"a\\134"), BYTEA, 0, None).unwrap(),
+            bin(b"a\\")
+        );
+        assert!(decode_param(Some(b"\\xf"), BYTEA, 0, None).is_err());
     }
 }

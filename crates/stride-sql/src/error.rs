@@ -38,6 +38,9 @@ pub enum SqlError {
     /// No prepared statement of that name (SQLSTATE 26000).
     #[error("{0}")]
     UndefinedPreparedStatement(String),
+    /// No savepoint of that name (SQLSTATE 3B001).
+    #[error("{0}")]
+    UndefinedSavepoint(String),
     /// No cursor of that name (SQLSTATE 34000).
     #[error("{0}")]
     UndefinedCursor(String),
@@ -66,6 +69,14 @@ pub enum SqlError {
     /// A name the system reserves (SQLSTATE 42939): `public`, `pg_*`.
     #[error("{0}")]
     ReservedName(String),
+    /// A literal that is not a value of its type (SQLSTATE 22P02): a
+    /// bytea string in neither of PostgreSQL's forms.
+    #[error("{0}")]
+    InvalidTextRepresentation(String),
+    /// A date, time or interval literal that cannot be read (SQLSTATE
+    /// 22007).
+    #[error("{0}")]
+    InvalidDatetimeFormat(String),
     /// An integer result out of its type's range (SQLSTATE 22003).
     #[error("{0}")]
     NumericOutOfRange(String),

@@ -48,6 +48,7 @@
 //!   [`lateral`] — those calls reading the columns of the `FROM` items
 //!   before them, expanded per row.
 
+pub mod bytea_text;
 pub mod coerce;
 pub mod column_names;
 pub mod context;
@@ -60,6 +61,7 @@ pub mod functions;
 pub mod history;
 pub mod integers;
 pub mod interrupt;
+pub mod interval_text;
 pub mod join_order;
 pub mod lateral;
 pub mod limits;

@@ -136,6 +136,12 @@ pub fn pg_type_of(t: &DataType) -> (u32, i16) {
         DataType::Date32 => (1082, 4),
         DataType::Timestamp(_, None) => (1114, 8),
         DataType::Timestamp(_, Some(_)) => (1184, 8),
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => (17, -1),
+        DataType::Time32(_) | DataType::Time64(_) => (1083, 8),
+        DataType::Interval(_) => (1186, 16),
         _ => (25, -1),
     }
 }
@@ -537,6 +543,17 @@ const PG_DESCRIPTION: Columns = &[
     ("description", Text),
 ];
 const PG_SHDESCRIPTION: Columns = &[("objoid", Oid), ("classoid", Oid), ("description", Text)];
+const PG_OPCLASS: Columns = &[
+    ("oid", Oid),
+    ("opcmethod", Oid),
+    ("opcname", Text),
+    ("opcnamespace", Oid),
+    ("opcowner", Oid),
+    ("opcfamily", Oid),
+    ("opcintype", Oid),
+    ("opcdefault", Bool),
+    ("opckeytype", Oid),
+];
 const PG_AM: Columns = &[
     ("oid", Oid),
     ("amname", Text),
@@ -868,6 +885,7 @@ const VIEWS: &[ViewDef] = &[
     def(PG_CATALOG, "pg_description", PG_DESCRIPTION),
     def(PG_CATALOG, "pg_shdescription", PG_SHDESCRIPTION),
     def(PG_CATALOG, "pg_am", PG_AM),
+    def(PG_CATALOG, "pg_opclass", PG_OPCLASS),
     def(PG_CATALOG, "pg_settings", PG_SETTINGS),
     def(PG_CATALOG, "pg_tables", PG_TABLES),
     def(PG_CATALOG, "pg_views", PG_VIEWS),

@@ -49,6 +49,7 @@ pub fn rewrite(
             return Err(e);
         }
         let _ = s.as_mut().visit(&mut DistinctNames);
+        interval_literals(s.as_mut())?;
         let _ = datafusion_sql::sqlparser::ast::visit_expressions_mut(s.as_mut(), |e| {
             rewrite_expr(e);
             if let Expr::Subquery(q) = e {
@@ -73,6 +74,141 @@ pub fn rewrite(
         });
     }
     Ok(())
+}
+
+/// Interval literals in PostgreSQL's forms Arrow's parser does not read
+/// (`interval '1 day 02:00:00'`, `'@ 1 day ago'::interval`) rewritten into
+/// the form it reads ([`crate::interval_text`]); text neither reads fails
+/// with 22007 here rather than as an internal error in the planner. String
+/// literals cast to bytea are decoded from PostgreSQL's hex or escape form
+/// ([`crate::bytea_text`]; 22P02 when they are neither).
+fn interval_literals(
+    s: &mut datafusion_sql::sqlparser::ast::Statement,
+) -> crate::error::Result<()> {
+    use datafusion_sql::sqlparser::ast::{CastKind, Value};
+    fn literal(e: &mut Expr) -> Option<&mut String> {
+        match e {
+            Expr::Value(v) => match &mut v.value {
+                Value::SingleQuotedString(text) => Some(text),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+    let flow = datafusion_sql::sqlparser::ast::visit_expressions_mut(s, |e| {
+        if let Expr::Cast {
+            expr,
+            data_type: DataType::Bytea,
+            ..
+        } = e
+        {
+            // `'\x6869'::bytea` is two bytes, as PostgreSQL reads it; a
+            // cast from a string would keep the six characters.
+            if let Some(text) = literal(expr) {
+                match crate::bytea_text::decode(text) {
+                    Ok(bytes) => {
+                        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                        **expr = Expr::value(Value::HexStringLiteral(hex));
+                    }
+                    Err(message) => {
+                        return ControlFlow::Break(
+                            crate::error::SqlError::InvalidTextRepresentation(message),
+                        )
+                    }
+                }
+            }
+            return ControlFlow::Continue(());
+        }
+        if let Expr::Cast {
+            expr,
+            data_type,
+            kind: CastKind::Cast | CastKind::DoubleColon,
+            ..
+        } = e
+        {
+            // TRY_CAST and SAFE_CAST make NULL of what they cannot read.
+            if let Some(text) = literal(expr) {
+                if let Err(e) = check_literal_cast(text, data_type) {
+                    return ControlFlow::Break(e);
+                }
+            }
+        }
+        let text = match e {
+            Expr::Interval(iv) if iv.leading_field.is_none() && iv.last_field.is_none() => {
+                literal(&mut iv.value)
+            }
+            Expr::Cast {
+                expr,
+                data_type: DataType::Interval { fields: None, .. },
+                ..
+            } => literal(expr),
+            _ => None,
+        };
+        if let Some(text) = text {
+            if crate::interval_text::needs_normalizing(text) {
+                match crate::interval_text::normalize(text) {
+                    Ok(normal) => *text = normal,
+                    Err(message) => {
+                        return ControlFlow::Break(crate::error::SqlError::InvalidDatetimeFormat(
+                            message,
+                        ))
+                    }
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    match flow {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// A string literal cast to a number, boolean, date or timestamp is read
+/// here, before the planner folds the cast (where a value that is no such
+/// thing would fail as an internal error): PostgreSQL's SQLSTATEs — 22P02
+/// for text that is no value of the type, 22003 for an integer out of its
+/// type's range, 22007 for a date or timestamp that cannot be read. Other
+/// targets are left to the planner.
+fn check_literal_cast(text: &str, target: &DataType) -> crate::error::Result<()> {
+    use crate::error::SqlError;
+    use arrow::datatypes::{DataType as Arrow, TimeUnit};
+    use datafusion_sql::sqlparser::ast::TimezoneInfo;
+    let (arrow, name) = match target {
+        DataType::SmallInt(_) | DataType::Int2(_) => (Arrow::Int16, "smallint"),
+        DataType::Int(_) | DataType::Integer(_) | DataType::Int4(_) => (Arrow::Int32, "integer"),
+        DataType::BigInt(_) | DataType::Int8(_) => (Arrow::Int64, "bigint"),
+        DataType::Real | DataType::Float4 => (Arrow::Float32, "real"),
+        DataType::Double(_) | DataType::DoublePrecision | DataType::Float8 => {
+            (Arrow::Float64, "double precision")
+        }
+        DataType::Bool | DataType::Boolean => (Arrow::Boolean, "boolean"),
+        DataType::Date => (Arrow::Date32, "date"),
+        DataType::Timestamp(_, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone) => (
+            Arrow::Timestamp(TimeUnit::Nanosecond, None),
+            "timestamp without time zone",
+        ),
+        _ => return Ok(()),
+    };
+    let strings = arrow::array::StringArray::from(vec![text]);
+    let options = arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    if arrow::compute::cast_with_options(&strings, &arrow, &options).is_ok() {
+        return Ok(());
+    }
+    let message = format!("invalid input syntax for type {name}: \"{text}\"");
+    Err(match arrow {
+        Arrow::Date32 | Arrow::Timestamp(..) => SqlError::InvalidDatetimeFormat(message),
+        Arrow::Int16 | Arrow::Int32 | Arrow::Int64 if text.trim().parse::<i128>().is_ok() => {
+            SqlError::NumericOutOfRange(format!(
+                "value \"{}\" is out of range for type {name}",
+                text.trim()
+            ))
+        }
+        _ => SqlError::InvalidTextRepresentation(message),
+    })
 }
 
 /// Whether a number written with an exponent needs more than 38 decimal

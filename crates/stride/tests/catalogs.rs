@@ -192,14 +192,20 @@ fn psql_describes_tables_columns_and_types() {
     ]);
 }
 
-#[test]
-fn sqlalchemy_connects_reflects_and_queries() {
+/// Runs the Python program at `path` against the shared server; its
+/// standard output.
+fn python(path: &str, what: &str) -> String {
     let addr = server();
     let mut cmd = Command::new("python3");
-    cmd.arg(program("sqlalchemy_reflect.py"))
+    cmd.arg(path)
         .arg(addr.ip().to_string())
         .arg(addr.port().to_string());
-    let out = output(cmd, "SQLAlchemy");
+    output(cmd, what)
+}
+
+#[test]
+fn sqlalchemy_connects_reflects_and_queries() {
+    let out = python(&program("sqlalchemy_reflect.py"), "SQLAlchemy");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines,
@@ -211,6 +217,27 @@ fn sqlalchemy_connects_reflects_and_queries() {
             "column note TEXT null",
             "column total NUMERIC(10, 2) null",
             "query 6.50",
+        ],
+        "{out}"
+    );
+}
+
+/// pandas through a SQLAlchemy engine with its defaults (psycopg's hstore
+/// lookup inside a SAVEPOINT): read_sql with bound parameters and parsed
+/// dates, to_sql and back, and read_sql_query over a plain psycopg
+/// connection.
+#[test]
+fn pandas_reads_and_writes_through_sqlalchemy_and_psycopg() {
+    let out = python(&program("pandas_read_sql.py"), "pandas");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "grouped {'region': ['north', 'south'], 'total': [15.75, 20.0], 'n': [2, 1]}",
+            "dtypes str,float64,int64",
+            "table 3 id,region,amount,day,ratio datetime64[s] 1",
+            "to_sql {'k': [1, 2, 3], 'label': ['a', 'b', nan], 'v': [0.25, 0.5, 0.75]}",
+            "psycopg [1, 2, 3] [0.5]",
         ],
         "{out}"
     );
@@ -254,12 +281,7 @@ fn jdbc_metadata_browses_schemas_and_tables() {
 
 #[test]
 fn psycopg_named_cursors_fetch_in_batches() {
-    let addr = server();
-    let mut cmd = Command::new("python3");
-    cmd.arg(program("psycopg_named_cursor.py"))
-        .arg(addr.ip().to_string())
-        .arg(addr.port().to_string());
-    let out = output(cmd, "psycopg named cursor");
+    let out = python(&program("psycopg_named_cursor.py"), "psycopg named cursor");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines,

@@ -1,11 +1,12 @@
 //! Real drivers over the wire: psycopg (Python) and pgjdbc (Java) as pooled
-//! applications run them, every statement prepared on the server and
+//! applications run them, asyncpg (Python, binary throughout), every statement prepared on the server and
 //! re-executed while another connection inserts rows, drops the table and
 //! creates it again. A prepared statement must see every committed insert,
 //! fail with 42P01 once its table is gone, and read the new table after.
 //!
 //! The drivers' programs are in `tests/clients/`; `scripts/setup.sh`
-//! installs the drivers (psycopg from PyPI, Java and pgjdbc from Debian).
+//! installs the drivers (psycopg and asyncpg from PyPI, Java and pgjdbc from
+//! Debian).
 
 mod common;
 
@@ -121,4 +122,39 @@ fn jdbc_prepared_statements_see_every_write_and_ddl() {
     );
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines, [SEEN, "dropped 42P01", "recreated 1:7"], "{out}");
+}
+
+/// asyncpg: every value in binary both ways (bytea, time and interval
+/// included), parameters typed by their casts (`$1::int`), prepared
+/// statements re-executed, executemany, a rolled-back transaction, a
+/// portal fetched in pieces, COPY both ways, and errors as typed
+/// exceptions, each answered at once (asyncpg waits for a failed Parse's
+/// answer before it sends Sync).
+#[test]
+fn asyncpg_round_trips_binary_values_and_gets_typed_errors() {
+    let out = run("python3", &[&program("asyncpg_app.py")], "asyncpg");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "version True 16",
+            "row (1, 2, 3, 1.5, 2.5, 'x', True, datetime.date(2020, 1, 2), \
+             datetime.datetime(2020, 1, 2, 3, 4, 5, 250000), Decimal('12.34'), None, b'hi', \
+             datetime.time(3, 4, 5, 500000), \
+             datetime.timedelta(days=428, seconds=14706, microseconds=500000), \
+             datetime.timedelta(days=-1, seconds=7200))",
+            "params True []",
+            "count 20",
+            "prepared [0, 4, 9, 19, 19]",
+            "stored True 03:03:00 3 days, 0:00:03",
+            "cursor [0, 1, 2] 10 [13, 14, 15, 16, 17, 18, 19]",
+            "copy COPY 1 19\titem 19\t\\\\x13ec|200\tcopied\t\\\\x015c|",
+            "error UndefinedTableError 42P01",
+            "error PostgresSyntaxError 42601",
+            "error DivisionByZeroError 22012",
+            "error InvalidDatetimeFormatError 22007",
+            "after errors 42",
+        ],
+        "{out}"
+    );
 }

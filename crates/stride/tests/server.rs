@@ -290,6 +290,25 @@ fn parameters_are_typed_by_the_statement_and_bound_in_binary() {
         // Wrong arity is an error, the connection goes on.
         assert!(client.query(&stmt, &[]).await.is_err());
         still_usable(&client).await;
+        // A parameter used only under a cast takes the cast's type (as
+        // PostgreSQL infers it); casts that disagree, or a use beside the
+        // cast, leave it text.
+        for (sql, types) in [
+            ("select $1::int + 1, $2::bytea", &[Type::INT4, Type::BYTEA][..]),
+            ("select $1::date, $1::date", &[Type::DATE][..]),
+            ("select $1::int, $1::text", &[Type::TEXT][..]),
+            ("select $1::interval, $2::time", &[Type::INTERVAL, Type::TIME][..]),
+            ("select n_name from nation where n_nationkey = $1::int", &[Type::INT4][..]),
+        ] {
+            let stmt = client.prepare(sql).await.unwrap();
+            assert_eq!(stmt.params(), types, "{sql}");
+        }
+        let row = client
+            .query_one("select $1::int, $2::bytea", &[&42i32, &&b"\x00hi"[..]])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i32>(0), 42);
+        assert_eq!(row.get::<_, Vec<u8>>(1), b"\x00hi");
     });
 }
 

@@ -181,6 +181,16 @@ impl Session {
                 SqlStatement::Rollback {
                     savepoint: None, ..
                 } => Some(TxnOp::Rollback),
+                SqlStatement::Rollback {
+                    savepoint: Some(name),
+                    ..
+                } => Some(TxnOp::RollbackTo(crate::pg_compat::folded(name))),
+                SqlStatement::Savepoint { name } => {
+                    Some(TxnOp::Savepoint(crate::pg_compat::folded(name)))
+                }
+                SqlStatement::ReleaseSavepoint { name } => {
+                    Some(TxnOp::Release(crate::pg_compat::folded(name)))
+                }
                 _ => None,
             };
             if let Some(op) = op {
@@ -228,15 +238,7 @@ impl Session {
                         })?;
                         let plan = self.to_logical(query)?;
                         let plan = crate::integers::widen_integer_sums(plan)?;
-                        let mut types = plan.get_parameter_types()?;
-                        let count = types
-                            .keys()
-                            .filter_map(|k| k.strip_prefix('$')?.parse::<usize>().ok())
-                            .max()
-                            .unwrap_or(0);
-                        let param_types = (1..=count)
-                            .map(|i| types.remove(&format!("${i}")).flatten())
-                            .collect();
+                        let param_types = parameter_types(&plan)?;
                         (Some((plan, names)), param_types, None)
                     }
                     (super::cursor::CursorStatement::Fetch { name, .. }, None) => {
@@ -333,20 +335,7 @@ impl Session {
         // Before the result columns are described: `sum(int8)` is numeric.
         let plan = crate::integers::widen_integer_sums(plan)?;
         self.interrupt.check()?;
-        let mut types = plan.get_parameter_types()?;
-        let count = types
-            .keys()
-            .filter_map(|k| k.strip_prefix('$')?.parse::<usize>().ok())
-            .max()
-            .unwrap_or(0);
-        if types.len() > count {
-            return Err(SqlError::Unsupported(
-                "named parameters (only $1, $2, ... are supported)".into(),
-            ));
-        }
-        let param_types = (1..=count)
-            .map(|i| types.remove(&format!("${i}")).flatten())
-            .collect();
+        let param_types = parameter_types(&plan)?;
         Ok((plan, param_types))
     }
 
@@ -376,7 +365,7 @@ impl Session {
     ) -> Result<StatementOutput> {
         if !matches!(
             prepared.kind,
-            PreparedKind::Transaction(TxnOp::Commit | TxnOp::Rollback)
+            PreparedKind::Transaction(TxnOp::Commit | TxnOp::Rollback | TxnOp::RollbackTo(_))
         ) {
             self.check_not_aborted()?;
         }
@@ -395,8 +384,15 @@ impl Session {
             PreparedKind::Empty => Ok(command("")),
             PreparedKind::Show(name) => self.show(name),
             PreparedKind::Transaction(op) => {
-                let out = self.transaction_control(*op);
-                self.end_transaction_cursors();
+                // A savepoint leaves the block's cursors open.
+                let savepoint = matches!(
+                    op,
+                    TxnOp::Savepoint(_) | TxnOp::RollbackTo(_) | TxnOp::Release(_)
+                );
+                let out = self.transaction_control(op.clone());
+                if !savepoint {
+                    self.end_transaction_cursors();
+                }
                 out
             }
             PreparedKind::Checkpoint => {
@@ -572,4 +568,74 @@ pub(super) fn is_checkpoint(sql: &str) -> bool {
         .trim_end_matches(';')
         .trim_end()
         .eq_ignore_ascii_case("checkpoint")
+}
+
+/// The types of `plan`'s parameters `$1..$n`, `None` where the statement
+/// does not determine one. DataFusion types a parameter from what it is
+/// compared with or inserted into; a parameter it leaves untyped whose
+/// every use is a cast (`$1::int`) takes the cast's type, as PostgreSQL
+/// infers it — drivers that send binary values (asyncpg) encode by the
+/// type the server describes.
+fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>> {
+    let mut types = plan.get_parameter_types()?;
+    let count = types
+        .keys()
+        .filter_map(|k| k.strip_prefix('$')?.parse::<usize>().ok())
+        .max()
+        .unwrap_or(0);
+    if types.len() > count {
+        return Err(SqlError::Unsupported(
+            "named parameters (only $1, $2, ... are supported)".into(),
+        ));
+    }
+    if types.values().any(Option::is_none) {
+        for (id, cast) in cast_parameters(plan)? {
+            if let (Some(slot @ None), Some(t)) = (types.get_mut(&id), cast) {
+                *slot = Some(t);
+            }
+        }
+    }
+    Ok((1..=count)
+        .map(|i| types.remove(&format!("${i}")).flatten())
+        .collect())
+}
+
+/// For each parameter that appears directly under a cast, the cast's type
+/// when every such cast agrees and the parameter appears nowhere else
+/// (`None` otherwise).
+fn cast_parameters(
+    plan: &LogicalPlan,
+) -> Result<std::collections::HashMap<String, Option<DataType>>> {
+    use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion_expr::expr::{Cast, Placeholder, TryCast};
+    use datafusion_expr::Expr;
+    use std::collections::HashMap;
+    let mut casts: HashMap<String, Option<DataType>> = HashMap::new();
+    let mut bare: Vec<String> = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                match e {
+                    Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) => {
+                        if let Expr::Placeholder(Placeholder { id, .. }) = expr.as_ref() {
+                            let data_type = field.data_type();
+                            let slot = casts.entry(id.clone()).or_insert(Some(data_type.clone()));
+                            if slot.as_ref() != Some(data_type) {
+                                *slot = None;
+                            }
+                            // The placeholder under it is this use.
+                            return Ok(TreeNodeRecursion::Jump);
+                        }
+                    }
+                    Expr::Placeholder(Placeholder { id, .. }) => bare.push(id.clone()),
+                    _ => {}
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    for id in bare {
+        casts.insert(id, None);
+    }
+    Ok(casts)
 }

@@ -40,6 +40,14 @@
 //! statement long). Session settings changed in a block are restored by
 //! `ROLLBACK`; role statements (which change no catalog snapshot and could
 //! not be undone) are refused inside a block.
+//!
+//! Savepoints (`SAVEPOINT`, `ROLLBACK TO [SAVEPOINT]`, `RELEASE
+//! [SAVEPOINT]`) keep a copy of the view (sharing every table snapshot, as
+//! the view shares the catalog's), the number of operations recorded, what
+//! was touched, the role effects and the settings. `ROLLBACK TO` puts them
+//! back — a failed block is usable again, as in PostgreSQL — and keeps the
+//! savepoint; `RELEASE` forgets it and every later one. The newest
+//! savepoint of a name is the one named. Cursors are left as they are.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,7 +64,7 @@ use crate::error::{PlanKind, Result, SqlError};
 use crate::settings::SessionSettings;
 
 /// A transaction-control statement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum TxnOp {
     /// `BEGIN` / `START TRANSACTION`; `read_only`: its access mode if given.
     Begin {
@@ -68,6 +76,12 @@ pub(super) enum TxnOp {
     SetTransaction {
         read_only: Option<bool>,
     },
+    /// `SAVEPOINT name` (the name folded as identifiers are).
+    Savepoint(String),
+    /// `ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name`.
+    RollbackTo(String),
+    /// `RELEASE [SAVEPOINT] name`.
+    Release(String),
 }
 
 impl TxnOp {
@@ -133,6 +147,23 @@ pub(super) struct TransactionState {
     roles: Vec<RoleEffect>,
     /// Settings and search path at `BEGIN`, restored by `ROLLBACK`.
     saved: Option<(SessionSettings, String)>,
+    /// Savepoints, oldest first.
+    savepoints: Vec<Savepoint>,
+}
+
+/// What `ROLLBACK TO` a savepoint puts back.
+#[derive(Debug)]
+struct Savepoint {
+    name: String,
+    /// A copy of the view when the savepoint was set; never written (a
+    /// rollback installs a copy of it, so that it can be rolled back to
+    /// again).
+    view: Arc<Catalog>,
+    ops: usize,
+    touched: BTreeMap<(String, String), Touched>,
+    roles: usize,
+    read_only: bool,
+    settings: (SessionSettings, String),
 }
 
 impl Session {
@@ -217,6 +248,47 @@ impl Session {
                 }
                 // Outside a block PostgreSQL warns that it has no effect.
                 Ok(command("SET"))
+            }
+            TxnOp::Savepoint(name) => {
+                self.in_block_for("SAVEPOINT")?;
+                self.take_snapshot();
+                let view = self.catalog_view().snapshot();
+                let settings = (self.settings.clone(), self.default_schema.clone());
+                let txn = &mut self.transaction;
+                txn.savepoints.push(Savepoint {
+                    name,
+                    view: Arc::new(view),
+                    ops: txn.ops.len(),
+                    touched: txn.touched.clone(),
+                    roles: txn.roles.len(),
+                    read_only: txn.read_only,
+                    settings,
+                });
+                Ok(command("SAVEPOINT"))
+            }
+            TxnOp::RollbackTo(name) => {
+                self.in_block_for("ROLLBACK TO SAVEPOINT")?;
+                let at = self.savepoint_named(&name)?;
+                let txn = &mut self.transaction;
+                txn.savepoints.truncate(at + 1);
+                let point = &txn.savepoints[at];
+                txn.view = Some(Arc::new(point.view.snapshot()));
+                txn.ops.truncate(point.ops);
+                txn.touched = point.touched.clone();
+                txn.read_only = point.read_only;
+                txn.aborted = false;
+                let undone = txn.roles.split_off(point.roles);
+                let (settings, schema) = point.settings.clone();
+                self.settings = settings;
+                self.default_schema = schema;
+                self.undo_role_effects(&undone);
+                Ok(command("ROLLBACK"))
+            }
+            TxnOp::Release(name) => {
+                self.in_block_for("RELEASE SAVEPOINT")?;
+                let at = self.savepoint_named(&name)?;
+                self.transaction.savepoints.truncate(at);
+                Ok(command("RELEASE"))
             }
             TxnOp::Rollback => {
                 let state = std::mem::take(&mut self.transaction);
@@ -352,15 +424,43 @@ impl Session {
             .push(RoleEffect::SchemaDropped(schema.to_string()));
     }
 
-    /// Ends a transaction without applying it.
-    fn discard(&mut self, state: TransactionState) {
-        for effect in &state.roles {
+    /// Refuses a savepoint statement outside a transaction block (25P01).
+    fn in_block_for(&self, what: &str) -> Result<()> {
+        if self.transaction.open {
+            Ok(())
+        } else {
+            Err(SqlError::plan(
+                PlanKind::NoActiveTransaction,
+                format!("{what} can only be used in transaction blocks"),
+            ))
+        }
+    }
+
+    /// The newest savepoint named `name` (3B001 if there is none).
+    fn savepoint_named(&self, name: &str) -> Result<usize> {
+        self.transaction
+            .savepoints
+            .iter()
+            .rposition(|p| p.name == name)
+            .ok_or_else(|| {
+                SqlError::UndefinedSavepoint(format!("savepoint \"{name}\" does not exist"))
+            })
+    }
+
+    /// Undoes the ownership a rolled-back creation gave at once.
+    fn undo_role_effects(&self, effects: &[RoleEffect]) {
+        for effect in effects {
             if let RoleEffect::TableCreated { schema, table, .. } = effect {
                 if self.engine.runtime.catalog().table(schema, table).is_err() {
                     self.engine.roles.table_dropped(schema, table);
                 }
             }
         }
+    }
+
+    /// Ends a transaction without applying it.
+    fn discard(&mut self, state: TransactionState) {
+        self.undo_role_effects(&state.roles);
         if let Some((settings, schema)) = state.saved {
             self.settings = settings;
             self.default_schema = schema;

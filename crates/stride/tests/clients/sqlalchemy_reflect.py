@@ -6,18 +6,15 @@ TRANSACTION ISOLATION LEVEL), reflection with inspect(), and a query.
 
 Prints one line per probe for crates/stride/tests/catalogs.rs to check.
 
-use_native_hstore=False: with hstore detection on, psycopg looks the type
-up inside a SAVEPOINT, and savepoints come with Stride's transactions (the
-durability work), not with the catalogs.
+The engine has SQLAlchemy's defaults: on its first connection the psycopg
+dialect looks up the hstore type inside a SAVEPOINT.
 """
 import sys
 
 from sqlalchemy import create_engine, inspect, text
 
 host, port = sys.argv[1], sys.argv[2]
-engine = create_engine(
-    f"postgresql+psycopg://stride@{host}:{port}/stride", use_native_hstore=False
-)
+engine = create_engine(f"postgresql+psycopg://stride@{host}:{port}/stride")
 with engine.connect() as conn:
     conn.execute(text("create schema sa_reflect"))
     conn.execute(
