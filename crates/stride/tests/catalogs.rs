@@ -13,8 +13,9 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// Schemas the psql tests create on the shared server.
-const OTHER_TESTS_SCHEMAS: [&str; 2] = ["psql_meta", "psql_desc"];
+/// Schemas the psql, SQLAlchemy and pandas tests create on the shared
+/// server while the others run.
+const OTHER_TESTS_SCHEMAS: [&str; 4] = ["psql_meta", "psql_desc", "sa_reflect", "pd_read"];
 
 fn server() -> SocketAddr {
     static SERVER: OnceLock<SocketAddr> = OnceLock::new();
