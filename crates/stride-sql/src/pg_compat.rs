@@ -49,7 +49,7 @@ pub fn rewrite(
             return Err(e);
         }
         let _ = s.as_mut().visit(&mut DistinctNames);
-        interval_literals(s.as_mut())?;
+        typed_literals(s.as_mut())?;
         let _ = datafusion_sql::sqlparser::ast::visit_expressions_mut(s.as_mut(), |e| {
             rewrite_expr(e);
             if let Expr::Subquery(q) = e {
@@ -76,15 +76,23 @@ pub fn rewrite(
     Ok(())
 }
 
-/// Interval literals in PostgreSQL's forms Arrow's parser does not read
-/// (`interval '1 day 02:00:00'`, `'@ 1 day ago'::interval`) rewritten into
-/// the form it reads ([`crate::interval_text`]); text neither reads fails
-/// with 22007 here rather than as an internal error in the planner. String
-/// literals cast to bytea are decoded from PostgreSQL's hex or escape form
-/// ([`crate::bytea_text`]; 22P02 when they are neither).
-fn interval_literals(
-    s: &mut datafusion_sql::sqlparser::ast::Statement,
-) -> crate::error::Result<()> {
+/// String literals of PostgreSQL's types read as PostgreSQL reads them,
+/// before the planner folds them (where text that is no value of its type
+/// would fail as an internal error):
+///
+/// * interval literals and casts in forms Arrow's parser does not read
+///   (`interval '1 day 02:00:00'`, `'@ 1 day ago'::interval`) are rewritten
+///   into the form it reads ([`crate::interval_text`]); 22007 for text
+///   neither reads;
+/// * strings cast to bytea are decoded from the hex or escape form
+///   ([`crate::bytea_text`]) into a hex literal; 22P02 for neither;
+/// * strings cast to numbers, booleans, dates and timestamps are checked
+///   ([`check_literal_cast`]).
+///
+/// `TRY_CAST` / `SAFE_CAST` make NULL of what they cannot read: they are
+/// rewritten where the text reads, never refused.
+fn typed_literals(s: &mut datafusion_sql::sqlparser::ast::Statement) -> crate::error::Result<()> {
+    use crate::error::SqlError;
     use datafusion_sql::sqlparser::ast::{CastKind, Value};
     fn literal(e: &mut Expr) -> Option<&mut String> {
         match e {
@@ -96,72 +104,77 @@ fn interval_literals(
         }
     }
     let flow = datafusion_sql::sqlparser::ast::visit_expressions_mut(s, |e| {
-        if let Expr::Cast {
-            expr,
-            data_type: DataType::Bytea,
-            ..
-        } = e
-        {
-            // `'\x6869'::bytea` is two bytes, as PostgreSQL reads it; a
-            // cast from a string would keep the six characters.
-            if let Some(text) = literal(expr) {
+        // Whether a literal this expression cannot read is an error.
+        let strict = match e {
+            Expr::Cast { kind, .. } => matches!(kind, CastKind::Cast | CastKind::DoubleColon),
+            _ => true,
+        };
+        let refuse = |error: SqlError| {
+            if strict {
+                ControlFlow::Break(error)
+            } else {
+                ControlFlow::Continue(())
+            }
+        };
+        match e {
+            Expr::Cast {
+                expr,
+                data_type: DataType::Bytea,
+                ..
+            } => {
+                // `'\x6869'::bytea` is two bytes, as PostgreSQL reads it; a
+                // cast from a string would keep the six characters.
+                let Some(text) = literal(expr) else {
+                    return ControlFlow::Continue(());
+                };
                 match crate::bytea_text::decode(text) {
                     Ok(bytes) => {
                         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
                         **expr = Expr::value(Value::HexStringLiteral(hex));
+                        ControlFlow::Continue(())
                     }
-                    Err(message) => {
-                        return ControlFlow::Break(
-                            crate::error::SqlError::InvalidTextRepresentation(message),
-                        )
-                    }
+                    Err(message) => refuse(SqlError::InvalidTextRepresentation(message)),
                 }
             }
-            return ControlFlow::Continue(());
-        }
-        if let Expr::Cast {
-            expr,
-            data_type,
-            kind: CastKind::Cast | CastKind::DoubleColon,
-            ..
-        } = e
-        {
-            // TRY_CAST and SAFE_CAST make NULL of what they cannot read.
-            if let Some(text) = literal(expr) {
-                if let Err(e) = check_literal_cast(text, data_type) {
-                    return ControlFlow::Break(e);
-                }
-            }
-        }
-        let text = match e {
             Expr::Interval(iv) if iv.leading_field.is_none() && iv.last_field.is_none() => {
-                literal(&mut iv.value)
+                match literal(&mut iv.value) {
+                    Some(text) => interval(text).map_or_else(refuse, ControlFlow::Continue),
+                    None => ControlFlow::Continue(()),
+                }
             }
             Expr::Cast {
                 expr,
                 data_type: DataType::Interval { fields: None, .. },
                 ..
-            } => literal(expr),
-            _ => None,
-        };
-        if let Some(text) = text {
-            if crate::interval_text::needs_normalizing(text) {
-                match crate::interval_text::normalize(text) {
-                    Ok(normal) => *text = normal,
-                    Err(message) => {
-                        return ControlFlow::Break(crate::error::SqlError::InvalidDatetimeFormat(
-                            message,
-                        ))
-                    }
+            } => match literal(expr) {
+                Some(text) => interval(text).map_or_else(refuse, ControlFlow::Continue),
+                None => ControlFlow::Continue(()),
+            },
+            Expr::Cast {
+                expr, data_type, ..
+            } if strict => match literal(expr) {
+                Some(text) => {
+                    check_literal_cast(text, data_type).map_or_else(refuse, ControlFlow::Continue)
                 }
-            }
+                None => ControlFlow::Continue(()),
+            },
+            _ => ControlFlow::Continue(()),
         }
-        ControlFlow::Continue(())
     });
     match flow {
         ControlFlow::Break(e) => Err(e),
         ControlFlow::Continue(()) => Ok(()),
     }
+}
+
+/// An interval literal's text made readable for Arrow (unchanged when it
+/// reads it already).
+fn interval(text: &mut String) -> crate::error::Result<()> {
+    if crate::interval_text::needs_normalizing(text) {
+        *text = crate::interval_text::normalize(text)
+            .map_err(crate::error::SqlError::InvalidDatetimeFormat)?;
+    }
+    Ok(())
 }
 
 /// A string literal cast to a number, boolean, date or timestamp is read
