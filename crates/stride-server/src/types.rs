@@ -542,7 +542,7 @@ pub fn decode_param(
             );
         }
         let text = if matches!(target, DataType::Interval(_)) {
-            stride_sql::interval_text::normalize(text)?
+            stride_sql::interval_text::for_arrow(text)?.into_owned()
         } else if target == DataType::Boolean {
             match text.trim().to_ascii_lowercase().as_str() {
                 "t" | "true" | "yes" | "on" | "1" => "true".to_string(),

@@ -18,6 +18,17 @@
 
 use arrow::compute::kernels::cast_utils::parse_interval_month_day_nano;
 
+/// `text` as Arrow's parser is to read it: unchanged when it reads it
+/// already, else [`normalize`]d. The one entry point for interval text
+/// (literals in `pg_compat`, parameters and COPY data in the server).
+pub fn for_arrow(text: &str) -> Result<std::borrow::Cow<'_, str>, String> {
+    if needs_normalizing(text) {
+        normalize(text).map(std::borrow::Cow::Owned)
+    } else {
+        Ok(std::borrow::Cow::Borrowed(text))
+    }
+}
+
 /// `text` in the form Arrow's parser reads, checked by that parser; the
 /// error is PostgreSQL's message.
 pub fn normalize(text: &str) -> Result<String, String> {
@@ -81,7 +92,7 @@ pub fn normalize(text: &str) -> Result<String, String> {
 
 /// Whether `text` needs [`normalize`] (Arrow's parser does not read it as
 /// it is).
-pub fn needs_normalizing(text: &str) -> bool {
+fn needs_normalizing(text: &str) -> bool {
     parse_interval_month_day_nano(text).is_err()
 }
 
@@ -197,5 +208,7 @@ mod tests {
         }
         assert!(needs_normalizing("1 day 02:00:00"));
         assert!(!needs_normalizing("1 day 2 hours"));
+        assert_eq!(for_arrow("1 day 2 hours").unwrap(), "1 day 2 hours");
+        assert!(for_arrow("1 fortnight").is_err());
     }
 }

@@ -170,9 +170,10 @@ fn typed_literals(s: &mut datafusion_sql::sqlparser::ast::Statement) -> crate::e
 /// An interval literal's text made readable for Arrow (unchanged when it
 /// reads it already).
 fn interval(text: &mut String) -> crate::error::Result<()> {
-    if crate::interval_text::needs_normalizing(text) {
-        *text = crate::interval_text::normalize(text)
-            .map_err(crate::error::SqlError::InvalidDatetimeFormat)?;
+    let readable = crate::interval_text::for_arrow(text)
+        .map_err(crate::error::SqlError::InvalidDatetimeFormat)?;
+    if let std::borrow::Cow::Owned(normal) = readable {
+        *text = normal;
     }
     Ok(())
 }
