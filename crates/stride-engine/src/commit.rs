@@ -88,9 +88,13 @@ impl Engine {
                         op.schema().unwrap_or_default()
                     )));
                 }
-                state
-                    .apply(op)
-                    .map_err(|e| conflict(format!("another transaction committed first ({e})")))?;
+                state.apply(op).map_err(|e| match e {
+                    // A key value a concurrent transaction committed first
+                    // is a unique violation, as PostgreSQL reports it to
+                    // the second inserter.
+                    StorageError::UniqueViolation { .. } => e,
+                    e => conflict(format!("another transaction committed first ({e})")),
+                })?;
             }
             match dir {
                 Some(d) if !encoded.is_empty() => d.append_with_bulk(&encoded, &bulk).map(Some),

@@ -620,7 +620,12 @@ impl Connection {
     }
 
     fn sql_error(&mut self, e: &SqlError) {
-        self.out.error("ERROR", sqlstate::of(e), &e.to_string());
+        self.out.error_with(
+            "ERROR",
+            sqlstate::of(e),
+            &e.to_string(),
+            &sqlstate::fields(e),
+        );
     }
 
     /// Runs `f` on the session on a blocking thread. While it runs, watches

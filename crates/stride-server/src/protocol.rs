@@ -426,6 +426,19 @@ impl Out {
     }
 
     pub fn error(&mut self, severity: &str, code: &str, message: &str) {
+        self.error_with(severity, code, message, &[]);
+    }
+
+    /// An ErrorResponse with more fields than severity, code and message:
+    /// `extra` as (field type, value), e.g. `D` detail, `t` table, `c`
+    /// column, `n` constraint.
+    pub fn error_with(
+        &mut self,
+        severity: &str,
+        code: &str,
+        message: &str,
+        extra: &[(u8, String)],
+    ) {
         let at = self.begin(b'E');
         for (field, value) in [
             (b'S', severity),
@@ -434,6 +447,10 @@ impl Out {
             (b'M', message),
         ] {
             self.buf.push(field);
+            self.cstr(value);
+        }
+        for (field, value) in extra {
+            self.buf.push(*field);
             self.cstr(value);
         }
         self.buf.push(0);

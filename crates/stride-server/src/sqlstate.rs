@@ -38,6 +38,10 @@ pub const DIVISION_BY_ZERO: &str = "22012";
 pub const CARDINALITY_VIOLATION: &str = "21000";
 pub const DUPLICATE_OBJECT: &str = "42710";
 pub const DATATYPE_MISMATCH: &str = "42804";
+pub const INVALID_TABLE_DEFINITION: &str = "42P16";
+pub const UNIQUE_VIOLATION: &str = "23505";
+pub const NOT_NULL_VIOLATION: &str = "23502";
+pub const STRING_DATA_RIGHT_TRUNCATION: &str = "22001";
 pub const INTERNAL_ERROR: &str = "XX000";
 pub const OUT_OF_MEMORY: &str = "53200";
 /// A value larger than one value may be ("requested length too large").
@@ -82,6 +86,7 @@ pub fn of(e: &SqlError) -> &'static str {
             PlanKind::InTransactionBlock => ACTIVE_SQL_TRANSACTION,
             PlanKind::NoActiveTransaction => NO_ACTIVE_SQL_TRANSACTION,
             PlanKind::InvalidParameter => INVALID_PARAMETER_VALUE,
+            PlanKind::InvalidTableDefinition => INVALID_TABLE_DEFINITION,
             PlanKind::Other => SYNTAX_ERROR_OR_ACCESS_RULE,
         },
         SqlError::Setting { kind, .. } => match kind {
@@ -128,6 +133,9 @@ pub fn of(e: &SqlError) -> &'static str {
             },
             StorageError::SchemaNotEmpty(_) => DEPENDENT_OBJECTS_STILL_EXIST,
             StorageError::InvalidArgument(_) => INVALID_PARAMETER_VALUE,
+            StorageError::UniqueViolation { .. } => UNIQUE_VIOLATION,
+            StorageError::NotNullViolation { .. } => NOT_NULL_VIOLATION,
+            StorageError::StringTooLong(_) => STRING_DATA_RIGHT_TRUNCATION,
             StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 UNDEFINED_FILE
             }
@@ -150,6 +158,28 @@ pub fn of(e: &SqlError) -> &'static str {
 
 /// Class 42 without a more specific code.
 const SYNTAX_ERROR_OR_ACCESS_RULE: &str = "42000";
+
+/// The ErrorResponse fields beyond the message that an error carries, as
+/// PostgreSQL sends them for a constraint violation: `D` detail, `t`
+/// table, `c` column, `n` constraint (clients read them as, e.g.,
+/// psycopg's `diag.constraint_name`).
+pub fn fields(e: &SqlError) -> Vec<(u8, String)> {
+    match e {
+        SqlError::Storage(StorageError::UniqueViolation {
+            constraint,
+            table,
+            detail,
+        }) => vec![
+            (b'D', detail.clone()),
+            (b't', table.clone()),
+            (b'n', constraint.clone()),
+        ],
+        SqlError::Storage(StorageError::NotNullViolation { column, table }) => {
+            vec![(b't', table.clone()), (b'c', column.clone())]
+        }
+        _ => Vec::new(),
+    }
+}
 
 /// The SQLSTATE of `COPY … FROM` data that could not be read, by kind.
 pub fn of_copy(e: &CopyDataError) -> &'static str {

@@ -168,9 +168,94 @@ fn encode_text(a: &ArrayRef, row: usize, out: &mut Vec<u8>, fmt: &ArrayFormatter
         }
         DataType::Time32(_) | DataType::Time64(_) => time_text(time_micros(a, row), out),
         DataType::Interval(_) => interval_text(interval_value(a, row), out),
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(_, _) => {
+            array_text(&list_value(a, row), out)
+        }
         _ => {
             let _ = write!(out, "{}", fmt.value(row));
         }
+    }
+}
+
+/// The elements of list value `row` of `a` (a list type).
+fn list_value(a: &ArrayRef, row: usize) -> ArrayRef {
+    match a.data_type() {
+        DataType::List(_) => a.as_list::<i32>().value(row),
+        DataType::LargeList(_) => a.as_list::<i64>().value(row),
+        DataType::FixedSizeList(_, _) => a.as_fixed_size_list().value(row),
+        other => unreachable!("list_value of {other}"),
+    }
+}
+
+/// PostgreSQL's array text, `{1,2,NULL}`: an element is double-quoted
+/// (with `"` and `\` escaped) where it is empty, is `NULL` spelled as a
+/// string, or holds a brace, comma, quote, backslash or white space.
+fn array_text(items: &ArrayRef, out: &mut Vec<u8>) {
+    let options = FormatOptions::default();
+    let Ok(fmt) = ArrayFormatter::try_new(items.as_ref(), &options) else {
+        return;
+    };
+    out.push(b'{');
+    for i in 0..items.len() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if is_null(items, i) {
+            out.extend_from_slice(b"NULL");
+            continue;
+        }
+        let mut item = Vec::new();
+        encode_text(items, i, &mut item, &fmt);
+        let quote = item.is_empty()
+            || item.eq_ignore_ascii_case(b"null")
+            || item
+                .iter()
+                .any(|b| matches!(b, b'{' | b'}' | b',' | b'"' | b'\\') || b.is_ascii_whitespace());
+        if quote {
+            out.push(b'"');
+            for &b in &item {
+                if b == b'"' || b == b'\\' {
+                    out.push(b'\\');
+                }
+                out.push(b);
+            }
+            out.push(b'"');
+        } else {
+            out.extend_from_slice(&item);
+        }
+    }
+    out.push(b'}');
+}
+
+/// PostgreSQL's binary array of one dimension: dimensions, NULL flag,
+/// element type, then (length, lower bound 1) and each element as its
+/// length (-1: NULL) and binary value; an empty array has no dimension.
+fn array_binary(items: &ArrayRef, out: &mut Vec<u8>) {
+    let (elem, _) = pg_type(items.data_type());
+    let options = FormatOptions::default();
+    let Ok(fmt) = ArrayFormatter::try_new(items.as_ref(), &options) else {
+        return;
+    };
+    let n = items.len();
+    let has_null = (0..n).any(|i| is_null(items, i));
+    out.extend_from_slice(&i32::from(n > 0).to_be_bytes());
+    out.extend_from_slice(&i32::from(has_null).to_be_bytes());
+    out.extend_from_slice(&elem.to_be_bytes());
+    if n == 0 {
+        return;
+    }
+    out.extend_from_slice(&(n as i32).to_be_bytes());
+    out.extend_from_slice(&1i32.to_be_bytes());
+    for i in 0..n {
+        if is_null(items, i) {
+            out.extend_from_slice(&(-1i32).to_be_bytes());
+            continue;
+        }
+        let at = out.len();
+        out.extend_from_slice(&0i32.to_be_bytes());
+        encode_binary(items, i, out, &fmt);
+        let len = (out.len() - at - 4) as i32;
+        out[at..at + 4].copy_from_slice(&len.to_be_bytes());
     }
 }
 
@@ -394,6 +479,9 @@ fn encode_binary(a: &ArrayRef, row: usize, out: &mut Vec<u8>, fmt: &ArrayFormatt
             out.extend_from_slice(&v.micros.to_be_bytes());
             out.extend_from_slice(&v.days.to_be_bytes());
             out.extend_from_slice(&v.months.to_be_bytes());
+        }
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(_, _) => {
+            array_binary(&list_value(a, row), out)
         }
         // text: the binary format is the UTF-8 bytes themselves.
         _ => {

@@ -136,6 +136,9 @@ pub enum PlanKind {
     /// The statement needs a transaction block (`DECLARE` without `WITH
     /// HOLD`; SQLSTATE 25P01).
     NoActiveTransaction,
+    /// A table definition that contradicts itself: two primary keys
+    /// (42P16).
+    InvalidTableDefinition,
     /// An option value the statement does not take: a `COPY` delimiter
     /// of two characters, an unknown `COPY` format (22023).
     InvalidParameter,

@@ -318,17 +318,21 @@ impl Lowerer {
             )
             .with_name(name)
             .build()?;
-            if !lowered.order_bys.is_empty() {
-                return Err(unsupported("ORDER BY inside an aggregate function"));
-            }
-            // The arguments and the filter get Stride's arithmetic too.
+            // The arguments, the ordering (`array_agg(x ORDER BY k)`) and
+            // the filter get Stride's arithmetic too.
             let args = lowered
                 .aggregate
                 .expressions()
                 .into_iter()
                 .map(|e| Self::arithmetic(e, physical_input))
                 .collect::<Result<Vec<_>>>()?;
-            let function = match lowered.aggregate.with_new_expressions(args, Vec::new()) {
+            let order = lowered
+                .aggregate
+                .order_bys()
+                .iter()
+                .map(|o| Self::arithmetic(o.expr.clone(), physical_input))
+                .collect::<Result<Vec<_>>>()?;
+            let function = match lowered.aggregate.with_new_expressions(args, order) {
                 Some(f) => Arc::new(f),
                 None => lowered.aggregate,
             };

@@ -28,6 +28,7 @@ use arrow::array::{
     StringArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use stride_storage::constraints::{max_chars, KeyConstraint};
 use stride_storage::Table;
 
 use crate::error::{Result, SqlError};
@@ -142,6 +143,15 @@ pub fn pg_type_of(t: &DataType) -> (u32, i16) {
         | DataType::FixedSizeBinary(_) => (17, -1),
         DataType::Time32(_) | DataType::Time64(_) => (1083, 8),
         DataType::Interval(_) => (1186, 16),
+        // A list is its element type's array type (`int4[]`, `text[]`).
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            let (elem, _) = pg_type_of(f.data_type());
+            let array = TYPES
+                .iter()
+                .find(|t| t.oid == i64::from(elem))
+                .map_or(0, |t| t.array);
+            (if array > 0 { array as u32 } else { 1009 }, -1)
+        }
         _ => (25, -1),
     }
 }
@@ -244,6 +254,15 @@ pub fn relation_oid(schema: &str, name: &str) -> i64 {
     object_oid("relation", &format!("{schema}.{name}"))
 }
 
+/// PostgreSQL's OID of the btree access method (`pg_am`).
+const BTREE_AM: i64 = 403;
+
+/// The OID of key constraint `name` of table `schema.table` (its index
+/// is the relation `schema.name`).
+pub fn constraint_oid(schema: &str, table: &str, name: &str) -> i64 {
+    object_oid("constraint", &format!("{schema}.{table}.{name}"))
+}
+
 /// The OID of the database.
 pub fn database_oid() -> i64 {
     object_oid("database", DATABASE)
@@ -265,10 +284,14 @@ enum K {
     Bool,
     /// `text`, `name`, `"char"`, `pg_node_tree`.
     Text,
-    /// `text[]`, `aclitem[]`, `oidvector`, `int2vector`: PostgreSQL's
-    /// array text (`{a,b}`), which `array_to_string`, `= ANY` and
-    /// subscripts read (`crate::pg_functions`).
+    /// `text[]`, `aclitem[]`: PostgreSQL's array text (`{a,b}`), which
+    /// `array_to_string`, `= ANY` and subscripts read
+    /// (`crate::pg_functions`).
     TextList,
+    /// `int2vector`, `oidvector`: numbers separated by spaces (`1 2`), as
+    /// PostgreSQL prints them and clients split them; the array functions
+    /// read this form too ([`parse_array`]).
+    Vector,
 }
 
 /// A value of a catalog view's row.
@@ -322,7 +345,7 @@ struct ViewDef {
     columns: Columns,
 }
 
-use K::{Bool, Oid, Text, TextList, F32, I16, I32};
+use K::{Bool, Oid, Text, TextList, Vector, F32, I16, I32};
 
 const PG_NAMESPACE: Columns = &[
     ("oid", Oid),
@@ -497,10 +520,10 @@ const PG_INDEX: Columns = &[
     ("indisready", Bool),
     ("indislive", Bool),
     ("indisreplident", Bool),
-    ("indkey", TextList),
-    ("indcollation", TextList),
-    ("indclass", TextList),
-    ("indoption", TextList),
+    ("indkey", Vector),
+    ("indcollation", Vector),
+    ("indclass", Vector),
+    ("indoption", Vector),
     ("indexprs", Text),
     ("indpred", Text),
 ];
@@ -524,7 +547,7 @@ const PG_PROC: Columns = &[
     ("pronargs", I16),
     ("pronargdefaults", I16),
     ("prorettype", Oid),
-    ("proargtypes", TextList),
+    ("proargtypes", Vector),
     ("proallargtypes", TextList),
     ("proargmodes", TextList),
     ("proargnames", TextList),
@@ -675,7 +698,7 @@ const PG_STATISTIC_EXT: Columns = &[
     ("stxnamespace", Oid),
     ("stxowner", Oid),
     ("stxstattarget", I32),
-    ("stxkeys", TextList),
+    ("stxkeys", Vector),
     ("stxkind", TextList),
     ("stxexprs", Text),
 ];
@@ -713,7 +736,7 @@ const PG_TRIGGER: Columns = &[
     ("tgdeferrable", Bool),
     ("tginitdeferred", Bool),
     ("tgnargs", I16),
-    ("tgattr", TextList),
+    ("tgattr", Vector),
     ("tgqual", Text),
 ];
 const PG_SEQUENCE: Columns = &[
@@ -755,9 +778,9 @@ const PG_PARTITIONED_TABLE: Columns = &[
     ("partstrat", Text),
     ("partnatts", I16),
     ("partdefid", Oid),
-    ("partattrs", TextList),
-    ("partclass", TextList),
-    ("partcollation", TextList),
+    ("partattrs", Vector),
+    ("partclass", Vector),
+    ("partcollation", Vector),
     ("partexprs", Text),
 ];
 const PG_REWRITE: Columns = &[
@@ -862,6 +885,31 @@ const IS_VIEWS: Columns = &[
     ("is_trigger_insertable_into", Text),
 ];
 
+const IS_TABLE_CONSTRAINTS: Columns = &[
+    ("constraint_catalog", Text),
+    ("constraint_schema", Text),
+    ("constraint_name", Text),
+    ("table_catalog", Text),
+    ("table_schema", Text),
+    ("table_name", Text),
+    ("constraint_type", Text),
+    ("is_deferrable", Text),
+    ("initially_deferred", Text),
+    ("enforced", Text),
+    ("nulls_distinct", Text),
+];
+const IS_KEY_COLUMN_USAGE: Columns = &[
+    ("constraint_catalog", Text),
+    ("constraint_schema", Text),
+    ("constraint_name", Text),
+    ("table_catalog", Text),
+    ("table_schema", Text),
+    ("table_name", Text),
+    ("column_name", Text),
+    ("ordinal_position", I32),
+    ("position_in_unique_constraint", I32),
+];
+
 const fn def(schema: &'static str, name: &'static str, columns: Columns) -> ViewDef {
     ViewDef {
         schema,
@@ -916,6 +964,12 @@ const VIEWS: &[ViewDef] = &[
     def(INFORMATION_SCHEMA, "tables", IS_TABLES),
     def(INFORMATION_SCHEMA, "columns", IS_COLUMNS),
     def(INFORMATION_SCHEMA, "views", IS_VIEWS),
+    def(
+        INFORMATION_SCHEMA,
+        "table_constraints",
+        IS_TABLE_CONSTRAINTS,
+    ),
+    def(INFORMATION_SCHEMA, "key_column_usage", IS_KEY_COLUMN_USAGE),
 ];
 
 /// Whether `schema.name` is a catalog view.
@@ -1071,13 +1125,158 @@ impl CatalogState<'_> {
                     ]
                 })
                 .collect(),
+            (PG_CATALOG, "pg_am") => vec![
+                vec![
+                    BTREE_AM.into(),
+                    "btree".into(),
+                    "bthandler".into(),
+                    "i".into(),
+                ],
+                vec![
+                    2i64.into(),
+                    "heap".into(),
+                    "heap_tableam_handler".into(),
+                    "t".into(),
+                ],
+            ],
             (INFORMATION_SCHEMA, "schemata") => self.is_schemata(),
             (INFORMATION_SCHEMA, "tables") => self.is_tables(),
             (INFORMATION_SCHEMA, "columns") => self.is_columns(),
+            (PG_CATALOG, "pg_constraint") => self.pg_constraint(),
+            (PG_CATALOG, "pg_index") => self.pg_index(),
+            (INFORMATION_SCHEMA, "table_constraints") => self.is_table_constraints(),
+            (INFORMATION_SCHEMA, "key_column_usage") => self.is_key_column_usage(),
             // Relations of objects Stride has none of.
             _ => Vec::new(),
         };
         build(def.name, def.columns, rows).map(Some)
+    }
+
+    /// Every declared key of every table: (schema, table, key).
+    fn keys(&self) -> Vec<(String, Arc<Table>, KeyConstraint)> {
+        let mut out = Vec::new();
+        for t in self.tables() {
+            for k in t.table.keys() {
+                out.push((t.schema.clone(), t.table.clone(), k.clone()));
+            }
+        }
+        out
+    }
+
+    /// One row per key: `p` primary, `u` unique, backed by the index of
+    /// the key's name, its columns' numbers in `conkey`.
+    fn pg_constraint(&self) -> Vec<Vec<V>> {
+        self.keys()
+            .into_iter()
+            .map(|(schema, table, key)| {
+                let columns: Vec<String> =
+                    key.columns.iter().map(|c| (c + 1).to_string()).collect();
+                let mut row: Vec<V> = vec![
+                    constraint_oid(&schema, table.name(), &key.name).into(),
+                    key.name.clone().into(),
+                    namespace_oid(&schema).into(),
+                    if key.primary { "p" } else { "u" }.into(),
+                    false.into(),
+                    false.into(),
+                    true.into(),
+                    relation_oid(&schema, table.name()).into(),
+                    0i64.into(),
+                    relation_oid(&schema, &key.name).into(),
+                    0i64.into(),
+                    0i64.into(),
+                    " ".into(),
+                    " ".into(),
+                    " ".into(),
+                    true.into(),
+                    0i64.into(),
+                    true.into(),
+                    V::L(columns),
+                ];
+                row.extend(std::iter::repeat_n(V::N, PG_CONSTRAINT.len() - row.len()));
+                row
+            })
+            .collect()
+    }
+
+    /// One row per key's index (unique; primary for a primary key).
+    fn pg_index(&self) -> Vec<Vec<V>> {
+        self.keys()
+            .into_iter()
+            .map(|(schema, table, key)| {
+                let n = key.columns.len() as i64;
+                let columns: Vec<String> =
+                    key.columns.iter().map(|c| (c + 1).to_string()).collect();
+                let zeros = vec!["0".to_string(); key.columns.len()];
+                vec![
+                    relation_oid(&schema, &key.name).into(),
+                    relation_oid(&schema, table.name()).into(),
+                    n.into(),
+                    n.into(),
+                    true.into(),
+                    false.into(),
+                    key.primary.into(),
+                    false.into(),
+                    true.into(),
+                    false.into(),
+                    true.into(),
+                    false.into(),
+                    true.into(),
+                    true.into(),
+                    false.into(),
+                    V::L(columns),
+                    V::L(zeros.clone()),
+                    V::L(zeros.clone()),
+                    V::L(zeros),
+                    V::N,
+                    V::N,
+                ]
+            })
+            .collect()
+    }
+
+    fn is_table_constraints(&self) -> Vec<Vec<V>> {
+        self.keys()
+            .into_iter()
+            .filter(|(schema, table, _)| self.may_use(schema, table.name()))
+            .map(|(schema, table, key)| {
+                vec![
+                    DATABASE.into(),
+                    schema.clone().into(),
+                    key.name.clone().into(),
+                    DATABASE.into(),
+                    schema.into(),
+                    table.name().into(),
+                    if key.primary { "PRIMARY KEY" } else { "UNIQUE" }.into(),
+                    "NO".into(),
+                    "NO".into(),
+                    "YES".into(),
+                    "YES".into(),
+                ]
+            })
+            .collect()
+    }
+
+    fn is_key_column_usage(&self) -> Vec<Vec<V>> {
+        let mut rows = Vec::new();
+        for (schema, table, key) in self.keys() {
+            if !self.may_use(&schema, table.name()) {
+                continue;
+            }
+            for (i, &c) in key.columns.iter().enumerate() {
+                rows.push(vec![
+                    DATABASE.into(),
+                    schema.clone().into(),
+                    key.name.clone().into(),
+                    DATABASE.into(),
+                    schema.clone().into(),
+                    table.name().into(),
+                    table.schema().field(c).name().clone().into(),
+                    ((i + 1) as i64).into(),
+                    V::N,
+                ]);
+            }
+        }
+        rows
     }
 
     fn pg_namespace(&self) -> Vec<Vec<V>> {
@@ -1100,7 +1299,8 @@ impl CatalogState<'_> {
                          kind: &str,
                          owner: RoleId,
                          columns: usize,
-                         rows: f64|
+                         rows: f64,
+                         has_index: bool|
          -> Vec<V> {
             vec![
                 relation_oid(schema, name).into(),
@@ -1109,14 +1309,17 @@ impl CatalogState<'_> {
                 0i64.into(),
                 0i64.into(),
                 i64::from(owner).into(),
-                0i64.into(),
+                // relam: a key's index is shown as a btree (the access
+                // method PostgreSQL would use; Stride checks keys in a hash
+                // set), tables and views have none.
+                if kind == "i" { BTREE_AM } else { 0 }.into(),
                 0i64.into(),
                 0i64.into(),
                 0i64.into(),
                 V::F(rows),
                 0i64.into(),
                 0i64.into(),
-                false.into(),
+                has_index.into(),
                 false.into(),
                 "p".into(),
                 kind.into(),
@@ -1151,9 +1354,21 @@ impl CatalogState<'_> {
                     self.roles.owner(&t.schema, t.table.name()),
                     t.table.schema().fields().len(),
                     t.table.num_rows() as f64,
+                    !t.table.keys().is_empty(),
                 )
             })
             .collect();
+        for (schema, table, key) in self.keys() {
+            rows.push(class_row(
+                &schema,
+                &key.name,
+                "i",
+                self.roles.owner(&schema, table.name()),
+                key.columns.len(),
+                table.num_rows() as f64,
+                false,
+            ));
+        }
         for v in VIEWS {
             rows.push(class_row(
                 v.schema,
@@ -1162,15 +1377,30 @@ impl CatalogState<'_> {
                 crate::roles::BOOTSTRAP_ROLE_ID,
                 v.columns.len(),
                 -1.0,
+                false,
             ));
         }
         rows
     }
 
     fn pg_attribute(&self) -> Vec<Vec<V>> {
-        let attr_row = |rel: i64, name: &str, num: usize, t: &DataType, nullable: bool| {
-            let (oid, len) = pg_type_of(t);
-            let collation = if oid == 25 { DEFAULT_COLLATION } else { 0 };
+        let attr_row = |rel: i64,
+                        name: &str,
+                        num: usize,
+                        t: &DataType,
+                        nullable: bool,
+                        chars: Option<usize>| {
+            // A `varchar(n)` column is `character varying` with typmod n + 4.
+            let (oid, len) = match chars {
+                Some(_) => (1043, -1),
+                None => pg_type_of(t),
+            };
+            let typmod = chars.map_or_else(|| pg_typmod_of(t), |n| n as i32 + 4);
+            let collation = if oid == 25 || oid == 1043 {
+                DEFAULT_COLLATION
+            } else {
+                0
+            };
             vec![
                 rel.into(),
                 name.into(),
@@ -1180,7 +1410,7 @@ impl CatalogState<'_> {
                 (num as i64).into(),
                 0i64.into(),
                 (-1i64).into(),
-                i64::from(pg_typmod_of(t)).into(),
+                i64::from(typmod).into(),
                 (len > 0 && len <= 8).into(),
                 "i".into(),
                 if len > 0 { "p" } else { "x" }.into(),
@@ -1210,13 +1440,14 @@ impl CatalogState<'_> {
                     i + 1,
                     f.data_type(),
                     f.is_nullable(),
+                    max_chars(f),
                 ));
             }
         }
         for v in VIEWS {
             let rel = relation_oid(v.schema, v.name);
             for (i, (name, kind)) in v.columns.iter().enumerate() {
-                rows.push(attr_row(rel, name, i + 1, &arrow_type(*kind), true));
+                rows.push(attr_row(rel, name, i + 1, &arrow_type(*kind), true, None));
             }
         }
         rows
@@ -1398,71 +1629,90 @@ impl CatalogState<'_> {
 
     fn is_columns(&self) -> Vec<Vec<V>> {
         let mut rows = Vec::new();
-        let mut add =
-            |schema: &str, table: &str, pos: usize, name: &str, t: &DataType, nullable| {
-                let (oid, _) = pg_type_of(t);
-                let udt = TYPES
-                    .iter()
-                    .find(|x| x.oid == i64::from(oid))
-                    .map_or("text", |x| x.name);
-                let data_type = match oid {
-                    25 => "text".to_string(),
-                    1700 => "numeric".to_string(),
-                    _ => format_type(i64::from(oid), None).unwrap_or_else(|| udt.to_string()),
-                };
-                let (precision, radix, scale): (V, V, V) = match t {
-                    DataType::Int8 | DataType::Int16 | DataType::UInt8 => {
-                        (16.into(), 2.into(), 0.into())
-                    }
-                    DataType::Int32 | DataType::UInt16 => (32.into(), 2.into(), 0.into()),
-                    DataType::Int64 | DataType::UInt32 => (64.into(), 2.into(), 0.into()),
-                    DataType::Float16 | DataType::Float32 => (24.into(), 2.into(), V::N),
-                    DataType::Float64 => (53.into(), 2.into(), V::N),
-                    DataType::Decimal128(p, s) => {
-                        (i64::from(*p).into(), 10.into(), i64::from(*s).into())
-                    }
-                    _ => (V::N, V::N, V::N),
-                };
-                let datetime = match t {
-                    DataType::Date32 => V::I(0),
-                    DataType::Timestamp(unit, _) => V::I(match unit {
-                        TimeUnit::Second => 0,
-                        TimeUnit::Millisecond => 3,
-                        _ => 6,
-                    }),
-                    _ => V::N,
-                };
-                let octet = if oid == 25 { V::I(1 << 30) } else { V::N };
-                let mut row: Vec<V> = vec![
-                    DATABASE.into(),
-                    schema.into(),
-                    table.into(),
-                    name.into(),
-                    (pos as i64).into(),
-                    V::N,
-                    if nullable { "YES" } else { "NO" }.into(),
-                    data_type.into(),
-                    V::N,
-                    octet,
-                    precision,
-                    radix,
-                    scale,
-                    datetime,
-                    V::N,
-                    V::N,
-                ];
-                row.extend(std::iter::repeat_n(V::N, 3));
-                let collation = if oid == 25 { V::from("default") } else { V::N };
-                row.extend([V::N, V::N, collation]);
-                row.extend(std::iter::repeat_n(V::N, 3));
-                row.extend([DATABASE.into(), PG_CATALOG.into(), udt.into()]);
-                row.extend(std::iter::repeat_n(V::N, 4));
-                row.push((pos as i64).to_string().into());
-                row.extend(["NO".into(), "NO".into()]);
-                row.extend(std::iter::repeat_n(V::N, 5));
-                row.extend(["NO".into(), "NEVER".into(), V::N, "YES".into()]);
-                rows.push(row);
+        let mut add = |schema: &str,
+                       table: &str,
+                       pos: usize,
+                       name: &str,
+                       t: &DataType,
+                       nullable,
+                       chars: Option<usize>| {
+            let oid = if chars.is_some() {
+                1043
+            } else {
+                pg_type_of(t).0
             };
+            let udt = TYPES
+                .iter()
+                .find(|x| x.oid == i64::from(oid))
+                .map_or("text", |x| x.name);
+            let data_type = match oid {
+                25 => "text".to_string(),
+                1700 => "numeric".to_string(),
+                _ => format_type(i64::from(oid), None).unwrap_or_else(|| udt.to_string()),
+            };
+            let (precision, radix, scale): (V, V, V) = match t {
+                DataType::Int8 | DataType::Int16 | DataType::UInt8 => {
+                    (16.into(), 2.into(), 0.into())
+                }
+                DataType::Int32 | DataType::UInt16 => (32.into(), 2.into(), 0.into()),
+                DataType::Int64 | DataType::UInt32 => (64.into(), 2.into(), 0.into()),
+                DataType::Float16 | DataType::Float32 => (24.into(), 2.into(), V::N),
+                DataType::Float64 => (53.into(), 2.into(), V::N),
+                DataType::Decimal128(p, s) => {
+                    (i64::from(*p).into(), 10.into(), i64::from(*s).into())
+                }
+                _ => (V::N, V::N, V::N),
+            };
+            let datetime = match t {
+                DataType::Date32 => V::I(0),
+                DataType::Timestamp(unit, _) => V::I(match unit {
+                    TimeUnit::Second => 0,
+                    TimeUnit::Millisecond => 3,
+                    _ => 6,
+                }),
+                _ => V::N,
+            };
+            // character_maximum_length, and octets as PostgreSQL's
+            // UTF-8 server counts them (4 per character, at most 1 GiB).
+            let (length, octet) = match chars {
+                Some(n) => (V::I(n as i64), V::I((4 * n as i64).min(1 << 30))),
+                None if oid == 25 => (V::N, V::I(1 << 30)),
+                None => (V::N, V::N),
+            };
+            let mut row: Vec<V> = vec![
+                DATABASE.into(),
+                schema.into(),
+                table.into(),
+                name.into(),
+                (pos as i64).into(),
+                V::N,
+                if nullable { "YES" } else { "NO" }.into(),
+                data_type.into(),
+                length,
+                octet,
+                precision,
+                radix,
+                scale,
+                datetime,
+                V::N,
+                V::N,
+            ];
+            row.extend(std::iter::repeat_n(V::N, 3));
+            let collation = if oid == 25 || oid == 1043 {
+                V::from("default")
+            } else {
+                V::N
+            };
+            row.extend([V::N, V::N, collation]);
+            row.extend(std::iter::repeat_n(V::N, 3));
+            row.extend([DATABASE.into(), PG_CATALOG.into(), udt.into()]);
+            row.extend(std::iter::repeat_n(V::N, 4));
+            row.push((pos as i64).to_string().into());
+            row.extend(["NO".into(), "NO".into()]);
+            row.extend(std::iter::repeat_n(V::N, 5));
+            row.extend(["NO".into(), "NEVER".into(), V::N, "YES".into()]);
+            rows.push(row);
+        };
         for t in self.tables() {
             if !self.may_use(&t.schema, t.table.name()) {
                 continue;
@@ -1475,12 +1725,21 @@ impl CatalogState<'_> {
                     f.name(),
                     f.data_type(),
                     f.is_nullable(),
+                    max_chars(f),
                 );
             }
         }
         for v in VIEWS {
             for (i, (name, kind)) in v.columns.iter().enumerate() {
-                add(v.schema, v.name, i + 1, name, &arrow_type(*kind), true);
+                add(
+                    v.schema,
+                    v.name,
+                    i + 1,
+                    name,
+                    &arrow_type(*kind),
+                    true,
+                    None,
+                );
             }
         }
         rows
@@ -1559,6 +1818,37 @@ impl CatalogState<'_> {
             .map(|t| (t.schema, t.table.name().to_string()))
     }
 
+    /// `pg_get_constraintdef` of a key constraint (`PRIMARY KEY (a, b)`),
+    /// or `pg_get_indexdef` of its index (`CREATE UNIQUE INDEX …`): by the
+    /// constraint's OID or the index's. `None` for any other OID.
+    pub fn key_definition(&self, oid: i64, index: bool) -> Option<String> {
+        let (schema, table, key) = self.keys().into_iter().find(|(schema, table, key)| {
+            if index {
+                relation_oid(schema, &key.name) == oid
+            } else {
+                constraint_oid(schema, table.name(), &key.name) == oid
+            }
+        })?;
+        let columns: Vec<String> = key
+            .columns
+            .iter()
+            .map(|&c| quote_ident(table.schema().field(c).name()))
+            .collect();
+        let columns = columns.join(", ");
+        Some(if index {
+            format!(
+                "CREATE UNIQUE INDEX {} ON {}.{} USING btree ({columns})",
+                quote_ident(&key.name),
+                quote_ident(&schema),
+                quote_ident(table.name())
+            )
+        } else if key.primary {
+            format!("PRIMARY KEY ({columns})")
+        } else {
+            format!("UNIQUE ({columns})")
+        })
+    }
+
     /// The schema named by namespace `oid`.
     pub fn namespace_name(&self, oid: i64) -> Option<String> {
         self.schemas().into_iter().find(|s| namespace_oid(s) == oid)
@@ -1596,7 +1886,17 @@ pub fn format_array(items: &[String]) -> String {
 /// The elements of a one-dimensional array in PostgreSQL's text form
 /// (`NULL` elements as `None`); `None` if `text` is no such array.
 pub fn parse_array(text: &str) -> Option<Vec<Option<String>>> {
-    let inner = text.trim().strip_prefix('{')?.strip_suffix('}')?;
+    let trimmed = text.trim();
+    // `int2vector` / `oidvector` text: integers separated by spaces.
+    if !trimmed.starts_with('{') && trimmed.split_whitespace().all(|n| n.parse::<i64>().is_ok()) {
+        return Some(
+            trimmed
+                .split_whitespace()
+                .map(|n| Some(n.to_string()))
+                .collect(),
+        );
+    }
+    let inner = trimmed.strip_prefix('{')?.strip_suffix('}')?;
     let mut out = Vec::new();
     if inner.trim().is_empty() {
         return Some(out);
@@ -1743,7 +2043,7 @@ fn arrow_type(kind: K) -> DataType {
         K::F32 => DataType::Float32,
         K::Bool => DataType::Boolean,
         K::Text => DataType::Utf8,
-        K::TextList => DataType::Utf8,
+        K::TextList | K::Vector => DataType::Utf8,
     }
 }
 
@@ -1817,6 +2117,14 @@ fn build(name: &str, columns: Columns, rows: Vec<Vec<V>>) -> Result<Table> {
                         })
                         .collect::<StringArray>(),
                 ),
+                K::Vector => Arc::new(
+                    values
+                        .map(|v| match v {
+                            V::L(items) => Some(items.join(" ")),
+                            _ => None,
+                        })
+                        .collect::<StringArray>(),
+                ),
             }
         })
         .collect();
@@ -1878,6 +2186,11 @@ mod tests {
         assert_eq!(parse_array("{1,NULL}").unwrap(), [Some("1".into()), None]);
         assert_eq!(parse_array("{}").unwrap(), Vec::<Option<String>>::new());
         assert_eq!(parse_array("nope"), None);
+        assert_eq!(
+            parse_array("1 -2").unwrap(),
+            [Some("1".into()), Some("-2".into())]
+        );
+        assert_eq!(parse_array("").unwrap(), Vec::<Option<String>>::new());
     }
 
     #[test]

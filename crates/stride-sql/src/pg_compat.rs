@@ -14,6 +14,7 @@
 //! | `pg_catalog.f(...)`                 | `f(...)`                             |
 //! | `FROM pg_catalog.generate_series(..) s` | `FROM generate_series(..) AS s (s)` (the column named after the alias) |
 //! | `1.5e300`, `1e-50` (an exponent number past 38 decimal digits) | `CAST('1.5e300' AS DOUBLE PRECISION)` (as DuckDB reads it; the parser refuses such decimals) |
+//! | `SELECT unnest(t.a), generate_subscripts(t.a, 1) FROM t` | `SELECT array_element(t.a, __srf_i), __srf_i FROM t, generate_series(1, array_length(t.a, 1)) AS __srf_i` (`crate::lateral::select_list`) |
 //! | `FROM t, generate_series(1, t.n) s` | `FROM t, LATERAL (SELECT * FROM generate_series(1, t.n) AS s (s)) AS s` (`crate::lateral`) |
 //!
 //! Other collations and operators are left alone, so the planner refuses
@@ -42,6 +43,9 @@ pub fn rewrite(
     }
     if let DFStatement::Statement(s) = stmt {
         use datafusion_sql::sqlparser::ast::VisitMut;
+        let _ = s
+            .as_mut()
+            .visit(&mut crate::lateral::select_list::SelectListSets);
         if let ControlFlow::Break(e) = s.as_mut().visit(&mut TableFunctions) {
             return Err(e);
         }
@@ -586,7 +590,8 @@ fn unqualified(parts: &[String]) -> Option<&str> {
     }
 }
 
-fn call(name: &str, args: Vec<Expr>) -> Expr {
+/// A call of function `name` with positional `args`.
+pub(crate) fn call(name: &str, args: Vec<Expr>) -> Expr {
     Expr::Function(Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,

@@ -196,6 +196,7 @@ pub fn lookup(name: &str, ctx: &Arc<PgContext>) -> Option<Arc<ScalarUDF>> {
         "current_schema" => (text, current_schema, 0, 0),
         "current_database" | "current_catalog" => (text, current_database, 0, 0),
         "current_schemas" => (text_list, current_schemas, 1, 1),
+        "current_setting" => (text, current_setting, 1, 2),
         "format_type" => (text, format_type, 2, 2),
         "pg_typeof" => (text, pg_typeof, 1, 1),
         "pg_get_expr" => (text, pg_get_expr, 2, 3),
@@ -224,9 +225,9 @@ pub fn lookup(name: &str, ctx: &Arc<PgContext>) -> Option<Arc<ScalarUDF>> {
         "regprocout" => (text, regprocout, 1, 1),
         // Definitions of objects Stride has none of: PostgreSQL's answer
         // for an OID that names no such object is NULL.
-        "pg_get_indexdef"
-        | "pg_get_constraintdef"
-        | "pg_get_triggerdef"
+        "pg_get_indexdef" => (text, pg_get_indexdef, 1, 3),
+        "pg_get_constraintdef" => (text, pg_get_constraintdef, 1, 2),
+        "pg_get_triggerdef"
         | "pg_get_viewdef"
         | "pg_get_ruledef"
         | "pg_get_statisticsobjdef_columns"
@@ -270,6 +271,7 @@ pub const NAMES: &[&str] = &[
     "current_database",
     "current_catalog",
     "current_schemas",
+    "current_setting",
     "format_type",
     "pg_typeof",
     "pg_get_expr",
@@ -332,6 +334,29 @@ fn current_schema(ctx: &PgContext, _: &[ScalarValue]) -> DfResult<ScalarValue> {
 
 fn current_database(_: &PgContext, _: &[ScalarValue]) -> DfResult<ScalarValue> {
     Ok(utf8(cat::DATABASE))
+}
+
+/// The session's value of a setting, as `SHOW` gives it; an unknown name
+/// fails with 42704, or gives NULL with `missing_ok` true.
+fn current_setting(ctx: &PgContext, args: &[ScalarValue]) -> DfResult<ScalarValue> {
+    let Some(name) = string(&args[0]) else {
+        return Ok(ScalarValue::Utf8(None));
+    };
+    let missing_ok = matches!(args.get(1), Some(ScalarValue::Boolean(Some(true))));
+    let state = ctx.state();
+    let value = state
+        .settings
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name.trim()))
+        .map(|(_, v)| v.clone());
+    match value {
+        Some(v) => Ok(utf8(v)),
+        None if missing_ok => Ok(ScalarValue::Utf8(None)),
+        None => Err(external(SqlError::setting(
+            crate::error::SettingKind::Unrecognized,
+            format!("unrecognized configuration parameter \"{name}\""),
+        ))),
+    }
 }
 
 /// The schemas searched, in order; with `true`, the implicitly searched
@@ -490,6 +515,40 @@ fn no_description(_: &PgContext, _: &[ScalarValue]) -> DfResult<ScalarValue> {
 /// statistics, partitioning, sequences or typed function signatures: the
 /// definition of any OID asked for is NULL, as PostgreSQL answers for an
 /// OID that names no such object.
+/// The definition of a key's index (`CREATE UNIQUE INDEX …`); NULL for
+/// an OID that names none. With a column number (`pg_get_indexdef(oid,
+/// n, pretty)`, n > 0), that key column's name.
+fn pg_get_indexdef(ctx: &PgContext, args: &[ScalarValue]) -> DfResult<ScalarValue> {
+    let Some(oid) = int(&args[0]) else {
+        return Ok(ScalarValue::Utf8(None));
+    };
+    let state = ctx.state();
+    let Some(definition) = state.key_definition(oid, true) else {
+        return Ok(ScalarValue::Utf8(None));
+    };
+    match args.get(1).and_then(int) {
+        Some(n) if n > 0 => {
+            // The columns are the parenthesised list at the end.
+            let list = definition
+                .rsplit_once('(')
+                .map(|(_, l)| l.trim_end_matches(')').to_string())
+                .unwrap_or_default();
+            Ok(ScalarValue::Utf8(
+                list.split(", ").nth(n as usize - 1).map(str::to_string),
+            ))
+        }
+        _ => Ok(utf8(definition)),
+    }
+}
+
+/// The definition of a key constraint (`PRIMARY KEY (a)`); NULL for an
+/// OID that names none.
+fn pg_get_constraintdef(ctx: &PgContext, args: &[ScalarValue]) -> DfResult<ScalarValue> {
+    Ok(int(&args[0])
+        .and_then(|oid| ctx.state().key_definition(oid, false))
+        .map_or(ScalarValue::Utf8(None), utf8))
+}
+
 fn no_definition(_: &PgContext, _: &[ScalarValue]) -> DfResult<ScalarValue> {
     Ok(ScalarValue::Utf8(None))
 }

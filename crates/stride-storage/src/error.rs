@@ -14,6 +14,24 @@ pub enum StorageError {
     SchemaNotEmpty(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A write would give a key declared `PRIMARY KEY` or `UNIQUE` a value
+    /// the table already holds (SQLSTATE 23505).
+    #[error("duplicate key value violates unique constraint \"{constraint}\"")]
+    UniqueViolation {
+        constraint: String,
+        table: String,
+        /// PostgreSQL's detail line: `Key (a)=(1) already exists.`
+        detail: String,
+    },
+    /// A NULL written to a `NOT NULL` column (SQLSTATE 23502).
+    #[error(
+        "null value in column \"{column}\" of relation \"{table}\" violates not-null constraint"
+    )]
+    NotNullViolation { column: String, table: String },
+    /// A string longer than its column's declared length (SQLSTATE 22001);
+    /// the column's type as PostgreSQL names it.
+    #[error("value too long for type {0}")]
+    StringTooLong(String),
     #[error("I/O error on {path}: {source}")]
     Io {
         path: String,

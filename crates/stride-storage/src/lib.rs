@@ -13,6 +13,7 @@
 //!   the machine lacks the node) and the page-socket mapping that tracks it.
 
 pub mod catalog;
+pub mod constraints;
 pub mod durable;
 pub mod error;
 pub mod files;

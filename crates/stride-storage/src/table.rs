@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Float64Type, SchemaRef};
 
+use crate::constraints::{self, KeyConstraint, KeyIndex};
 use crate::error::{Result, StorageError};
 use crate::placement::{PlacedTable, Placement};
 
@@ -39,6 +40,11 @@ pub struct Table {
     /// placed ([`Table::placed`]; appended blocks are not placed).
     placement: Option<Placement>,
     placed: Option<Arc<PlacedTable>>,
+    /// The keys declared in the schema's metadata (`crate::constraints`).
+    keys: Arc<[KeyConstraint]>,
+    /// Per key, the values this snapshot holds: built by the first write
+    /// check, handed on (extended) to the snapshot an append makes.
+    key_index: Arc<OnceLock<Arc<[KeyIndex]>>>,
 }
 
 impl Table {
@@ -49,14 +55,23 @@ impl Table {
         schema: SchemaRef,
         blocks: Vec<RecordBatch>,
     ) -> Result<Self> {
+        let name = name.into();
         let blocks = blocks
             .into_iter()
             .filter(|b| b.num_rows() > 0)
-            .map(|b| conform(&schema, b))
+            .map(|b| conform(&name, &schema, b))
             .collect::<Result<Vec<_>>>()?;
         let rows = blocks.iter().map(|b| b.num_rows()).sum();
+        let keys: Arc<[KeyConstraint]> = constraints::keys(&schema).into();
+        let key_index = Arc::new(OnceLock::new());
+        if !keys.is_empty() && rows > 0 {
+            // Rows written as a whole (CREATE TABLE AS, an UPDATE's new
+            // snapshot) are checked as a whole.
+            let built = constraints::extend_indexes(&name, &schema, &keys, None, &blocks)?;
+            let _ = key_index.set(built.into());
+        }
         Ok(Table {
-            name: name.into(),
+            name,
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             ranges: empty_ranges(&schema),
             schema,
@@ -64,7 +79,26 @@ impl Table {
             rows,
             placement: None,
             placed: None,
+            keys,
+            key_index,
         })
+    }
+
+    /// The keys declared on the table (`PRIMARY KEY`, `UNIQUE`).
+    pub fn keys(&self) -> &[KeyConstraint] {
+        &self.keys
+    }
+
+    /// The key indices of this snapshot, built from its rows if no write
+    /// built them yet.
+    fn key_index(&self) -> Result<Arc<[KeyIndex]>> {
+        if let Some(built) = self.key_index.get() {
+            return Ok(built.clone());
+        }
+        let built: Arc<[KeyIndex]> =
+            constraints::extend_indexes(&self.name, &self.schema, &self.keys, None, &self.blocks)?
+                .into();
+        Ok(self.key_index.get_or_init(|| built).clone())
     }
 
     /// The same table (name, incarnation, rows in order) over `blocks` —
@@ -87,6 +121,8 @@ impl Table {
             rows,
             placement: Some(placed.placement),
             placed: Some(Arc::new(placed)),
+            keys: self.keys.clone(),
+            key_index: self.key_index.clone(),
         })
     }
 
@@ -172,7 +208,7 @@ impl Table {
         blocks
             .into_iter()
             .filter(|b| b.num_rows() > 0)
-            .map(|b| conform(&self.schema, b))
+            .map(|b| conform(&self.name, &self.schema, b))
             .collect()
     }
 
@@ -181,13 +217,25 @@ impl Table {
     /// [`COALESCE_ROWS`] rows — a copy of at most that many rows — so that
     /// a table written a row at a time keeps few blocks and an append stays
     /// cheap however many came before (each snapshot copies the block list).
+    ///
+    /// Fails, leaving this snapshot as it is, where a row breaks a declared
+    /// key, a `NOT NULL` or a length.
     pub fn append(&self, more: Vec<RecordBatch>) -> Result<Table> {
+        let more = self.conform_blocks(more)?;
+        let key_index = Arc::new(OnceLock::new());
+        if !self.keys.is_empty() && !more.is_empty() {
+            let base = self.key_index()?;
+            let extended = constraints::extend_indexes(
+                &self.name,
+                &self.schema,
+                &self.keys,
+                Some(&base),
+                &more,
+            )?;
+            let _ = key_index.set(extended.into());
+        }
         let mut blocks: Vec<RecordBatch> = self.blocks.to_vec();
         for b in more {
-            if b.num_rows() == 0 {
-                continue;
-            }
-            let b = conform(&self.schema, b)?;
             match blocks.last_mut() {
                 Some(last) if last.num_rows() + b.num_rows() <= COALESCE_ROWS => {
                     *last = arrow::compute::concat_batches(&self.schema, [&*last, &b])?;
@@ -205,6 +253,8 @@ impl Table {
             rows,
             placement: self.placement,
             placed: self.placed.clone(),
+            keys: self.keys.clone(),
+            key_index,
         })
     }
 }
@@ -242,7 +292,7 @@ fn empty_ranges(schema: &SchemaRef) -> ColumnRanges {
 /// Re-labels a batch with `schema`, casting columns whose type differs,
 /// and hands back the spare capacity of the buffers only it owns
 /// ([`shrink`]).
-fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+fn conform(table: &str, schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
     let batch = shrink(batch)?;
     if batch.num_columns() != schema.fields().len() {
         return Err(StorageError::InvalidArgument(format!(
@@ -251,7 +301,13 @@ fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
             schema.fields().len()
         )));
     }
-    if batch.schema() == *schema {
+    // A block of exactly the table's schema passed Arrow's NOT NULL check
+    // when it was made; lengths are Stride's own.
+    let limited = schema
+        .fields()
+        .iter()
+        .any(|f| constraints::max_chars(f).is_some());
+    if batch.schema() == *schema && !limited {
         return Ok(batch);
     }
     let mut columns = Vec::with_capacity(batch.num_columns());
@@ -262,11 +318,12 @@ fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
             arrow::compute::cast(column, field.data_type())?
         };
         if !field.is_nullable() && column.null_count() > 0 {
-            return Err(StorageError::InvalidArgument(format!(
-                "column \"{}\" does not accept NULL",
-                field.name()
-            )));
+            return Err(StorageError::NotNullViolation {
+                column: field.name().clone(),
+                table: table.to_string(),
+            });
         }
+        constraints::check_length(field, column.as_ref())?;
         columns.push(column);
     }
     Ok(RecordBatch::try_new(schema.clone(), columns)?)

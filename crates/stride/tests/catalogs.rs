@@ -218,6 +218,15 @@ fn sqlalchemy_connects_reflects_and_queries() {
             "column note TEXT null",
             "column total NUMERIC(10, 2) null",
             "query 6.50",
+            "duplicate 23505 customers_email_key",
+            "too long 22001",
+            "pk {'constrained_columns': ['id'], 'name': 'customers_pkey', 'comment': None, \
+             'dialect_options': {'postgresql_include': []}}",
+            "unique [('customers_email_key', ['email'])]",
+            "indexes [('customers_email_key', True, ['email'])]",
+            "autoload [('id', 'INTEGER', True), ('email', 'VARCHAR(20)', False), \
+             ('name', 'VARCHAR(40)', False)]",
+            "read_sql_table {'id': [1, 2], 'email': ['a@x.org', 'b@x.org'], 'name': ['Ann', nan]}",
         ],
         "{out}"
     );

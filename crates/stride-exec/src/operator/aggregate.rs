@@ -917,9 +917,17 @@ pub fn aggregate(
     } else {
         (workers * 4).max(1)
     };
+    // An order-sensitive aggregate (`array_agg(x ORDER BY k)`) reads its
+    // ordering values after its arguments, as DataFusion's accumulators
+    // for them expect (their states carry those values, so that partial
+    // results merge in order).
     let args = aggregates
         .iter()
-        .map(|a| a.function.expressions())
+        .map(|a| {
+            let mut exprs = a.function.expressions();
+            exprs.extend(a.function.order_bys().iter().map(|o| o.expr.clone()));
+            exprs
+        })
         .collect();
     let shared = Arc::new(AggregateShared {
         group_by,

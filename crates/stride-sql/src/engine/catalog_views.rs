@@ -21,6 +21,8 @@ pub struct PgContext {
     catalog: Arc<stride_storage::Catalog>,
     pub search_path: String,
     pub role: RoleId,
+    /// The session's settings as `SHOW` gives them (`current_setting`).
+    settings: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for PgContext {
@@ -37,7 +39,7 @@ impl PgContext {
             &self.catalog,
             &self.search_path,
             self.role,
-            Vec::new(),
+            self.settings.clone(),
         )
     }
 }
@@ -88,7 +90,16 @@ impl Session {
             catalog: self.catalog_view().clone(),
             search_path: self.default_schema.clone(),
             role: self.role,
+            settings: self.catalog_settings(),
         })
+    }
+
+    /// The session's settings with their values, `search_path` included.
+    fn catalog_settings(&self) -> Vec<(String, String)> {
+        let mut settings = self.settings.all();
+        settings.push(("search_path".into(), self.default_schema.clone()));
+        settings.sort();
+        settings
     }
 
     /// The view a statement names: `pg_catalog.<name>` and
@@ -98,16 +109,13 @@ impl Session {
     pub(super) fn view(&self, name: &str) -> Result<Option<Table>> {
         if let Some((schema, view)) = name.split_once('.') {
             if pg_catalog::is_catalog_schema(schema) {
-                let mut settings = self.settings.all();
-                settings.push(("search_path".into(), self.default_schema.clone()));
-                settings.sort();
                 let catalog = self.catalog_view();
                 return state(
                     &self.engine,
                     catalog,
                     &self.default_schema,
                     self.role,
-                    settings,
+                    self.catalog_settings(),
                 )
                 .view(schema, view);
             }

@@ -78,6 +78,7 @@ mod prepared;
 mod query;
 mod set;
 mod stream;
+mod table_definition;
 mod txn;
 
 pub use catalog_views::PgContext;
@@ -866,7 +867,7 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Rejects SQL whose DataFusion plan would not mean what the SQL says.
 fn reject_unsupported_syntax(stmt: &DFStatement) -> Result<()> {
-    ddl::reject_unenforced_constraints(stmt)?;
+    table_definition::declared(stmt)?;
     use datafusion_sql::sqlparser::ast::{SetExpr, SetOperator, SetQuantifier};
     fn check(body: &SetExpr) -> Result<()> {
         match body {

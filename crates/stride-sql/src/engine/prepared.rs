@@ -291,7 +291,12 @@ impl Session {
             }
         }
         let start = std::time::Instant::now();
+        let declared = super::table_definition::declared(&stmt)?;
         let (plan, param_types) = self.bind_statement(stmt)?;
+        let plan = match declared {
+            Some(d) => d.apply(plan)?,
+            None => plan,
+        };
         let schema = match &plan {
             LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) => None,
             LogicalPlan::Explain(_) => Some(Arc::new(Schema::new(vec![Field::new(

@@ -4,7 +4,8 @@
 //! LATERAL … ON true`), executed as a per-row expansion of the items
 //! before them.
 //!
-//! Three steps:
+//! Three steps (after [`select_list`] has made set-returning calls of a
+//! select list such calls in `FROM`):
 //! * [`syntax`]: on the parsed statement, a call after the first item
 //!   becomes a lateral derived table over the call, so that the planner
 //!   binds the columns it reads as typed outer references;
@@ -23,6 +24,7 @@
 
 pub mod plan;
 pub mod rows;
+pub mod select_list;
 pub mod syntax;
 
 use std::collections::HashMap;

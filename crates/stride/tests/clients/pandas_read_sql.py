@@ -4,8 +4,8 @@ write a DataFrame back, and read_sql_query over a plain psycopg
 connection. The engine runs with SQLAlchemy's defaults: psycopg's hstore
 detection runs inside a SAVEPOINT.
 
-read_sql_table is not here: SQLAlchemy reflects a table's primary key with
-generate_subscripts() over pg_index.indkey, which Stride lacks.
+read_sql_table, which reflects the table's keys first, is in
+sqlalchemy_reflect.py.
 
     python3 pandas_read_sql.py HOST PORT
 
