@@ -26,6 +26,21 @@ pub struct StrideTableSource {
     pub table: Arc<Table>,
     /// Where the snapshot came from.
     pub origin: SourceOrigin,
+    /// The columns' `DEFAULT` expressions, planned (what an `INSERT` that
+    /// leaves a column out writes into it); empty for a source that is
+    /// only scanned.
+    pub defaults: HashMap<String, datafusion_expr::Expr>,
+}
+
+impl StrideTableSource {
+    /// A source that is only scanned (no defaults planned).
+    pub fn scanned(table: Arc<Table>, origin: SourceOrigin) -> Self {
+        StrideTableSource {
+            table,
+            origin,
+            defaults: HashMap::new(),
+        }
+    }
 }
 
 /// The catalog entry (or system view) a table snapshot was taken from.
@@ -40,6 +55,10 @@ pub enum SourceOrigin {
 impl TableSource for StrideTableSource {
     fn schema(&self) -> SchemaRef {
         self.table.schema().clone()
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&datafusion_expr::Expr> {
+        self.defaults.get(column)
     }
 
     fn supports_filters_pushdown(
@@ -252,6 +271,33 @@ impl PlannerContext<'_> {
             | TableReference::Full { schema, table, .. } => (schema.to_string(), table.to_string()),
         }
     }
+
+    /// The `DEFAULT` expressions of `table`'s columns, planned from the SQL
+    /// text its schema keeps (`stride_storage::constraints::DEFAULT`).
+    fn plan_defaults(
+        &self,
+        table: &Table,
+    ) -> datafusion_common::Result<HashMap<String, datafusion_expr::Expr>> {
+        use datafusion_sql::sqlparser::dialect::PostgreSqlDialect;
+        use datafusion_sql::sqlparser::parser::Parser;
+        let mut out = HashMap::new();
+        for field in table.schema().fields() {
+            let Some(sql) = stride_storage::constraints::default_text(field) else {
+                continue;
+            };
+            let expr = Parser::new(&PostgreSqlDialect {})
+                .try_with_sql(sql)
+                .and_then(|mut p| p.parse_expr())
+                .map_err(|e| DataFusionError::Plan(format!("DEFAULT of {}: {e}", field.name())))?;
+            let planned = datafusion_sql::planner::SqlToRel::new(self).sql_to_expr(
+                expr,
+                &datafusion_common::DFSchema::empty(),
+                &mut datafusion_sql::planner::PlannerContext::new(),
+            )?;
+            out.insert(field.name().clone(), planned);
+        }
+        Ok(out)
+    }
 }
 
 impl ContextProvider for PlannerContext<'_> {
@@ -277,29 +323,31 @@ impl ContextProvider for PlannerContext<'_> {
             let view =
                 (self.system)(&qualified).map_err(|e| DataFusionError::External(Box::new(e)))?;
             if let Some(view) = view {
-                return Ok(Arc::new(StrideTableSource {
-                    table: Arc::new(view),
-                    origin: SourceOrigin::System { view: qualified },
-                }));
+                return Ok(Arc::new(StrideTableSource::scanned(
+                    Arc::new(view),
+                    SourceOrigin::System { view: qualified },
+                )));
             }
         }
         if schema == stride_engine::activity::SYSTEM_SCHEMA && !self.catalog.schema_exists(&schema)
         {
             let view = (self.system)(&table).map_err(|e| DataFusionError::External(Box::new(e)))?;
             if let Some(view) = view {
-                return Ok(Arc::new(StrideTableSource {
-                    table: Arc::new(view),
-                    origin: SourceOrigin::System { view: table },
-                }));
+                return Ok(Arc::new(StrideTableSource::scanned(
+                    Arc::new(view),
+                    SourceOrigin::System { view: table },
+                )));
             }
         }
         let snapshot = self
             .catalog
             .table(&schema, &table)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let defaults = self.plan_defaults(&snapshot)?;
         Ok(Arc::new(StrideTableSource {
             table: snapshot,
             origin: SourceOrigin::Catalog { schema, table },
+            defaults,
         }))
     }
 

@@ -28,7 +28,7 @@ use arrow::array::{
     StringArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use stride_storage::constraints::{max_chars, KeyConstraint};
+use stride_storage::constraints::{default_text, max_chars, KeyConstraint};
 use stride_storage::Table;
 
 use crate::error::{Result, SqlError};
@@ -1143,6 +1143,7 @@ impl CatalogState<'_> {
             (INFORMATION_SCHEMA, "tables") => self.is_tables(),
             (INFORMATION_SCHEMA, "columns") => self.is_columns(),
             (PG_CATALOG, "pg_constraint") => self.pg_constraint(),
+            (PG_CATALOG, "pg_attrdef") => self.pg_attrdef(),
             (PG_CATALOG, "pg_index") => self.pg_index(),
             (INFORMATION_SCHEMA, "table_constraints") => self.is_table_constraints(),
             (INFORMATION_SCHEMA, "key_column_usage") => self.is_key_column_usage(),
@@ -1150,6 +1151,26 @@ impl CatalogState<'_> {
             _ => Vec::new(),
         };
         build(def.name, def.columns, rows).map(Some)
+    }
+
+    /// One row per column `DEFAULT`; `adbin` holds the expression's SQL
+    /// text, which `pg_get_expr` gives back as it is.
+    fn pg_attrdef(&self) -> Vec<Vec<V>> {
+        let mut rows = Vec::new();
+        for t in self.tables() {
+            let rel = relation_oid(&t.schema, t.table.name());
+            for (i, f) in t.table.schema().fields().iter().enumerate() {
+                if let Some(sql) = default_text(f) {
+                    rows.push(vec![
+                        object_oid("attrdef", &format!("{rel}.{}", i + 1)).into(),
+                        rel.into(),
+                        ((i + 1) as i64).into(),
+                        sql.into(),
+                    ]);
+                }
+            }
+        }
+        rows
     }
 
     /// Every declared key of every table: (schema, table, key).
@@ -1389,7 +1410,8 @@ impl CatalogState<'_> {
                         num: usize,
                         t: &DataType,
                         nullable: bool,
-                        chars: Option<usize>| {
+                        chars: Option<usize>,
+                        has_default: bool| {
             // A `varchar(n)` column is `character varying` with typmod n + 4.
             let (oid, len) = match chars {
                 Some(_) => (1043, -1),
@@ -1416,7 +1438,7 @@ impl CatalogState<'_> {
                 if len > 0 { "p" } else { "x" }.into(),
                 "".into(),
                 (!nullable).into(),
-                false.into(),
+                has_default.into(),
                 false.into(),
                 "".into(),
                 "".into(),
@@ -1441,13 +1463,22 @@ impl CatalogState<'_> {
                     f.data_type(),
                     f.is_nullable(),
                     max_chars(f),
+                    default_text(f).is_some(),
                 ));
             }
         }
         for v in VIEWS {
             let rel = relation_oid(v.schema, v.name);
             for (i, (name, kind)) in v.columns.iter().enumerate() {
-                rows.push(attr_row(rel, name, i + 1, &arrow_type(*kind), true, None));
+                rows.push(attr_row(
+                    rel,
+                    name,
+                    i + 1,
+                    &arrow_type(*kind),
+                    true,
+                    None,
+                    false,
+                ));
             }
         }
         rows
@@ -1635,7 +1666,8 @@ impl CatalogState<'_> {
                        name: &str,
                        t: &DataType,
                        nullable,
-                       chars: Option<usize>| {
+                       chars: Option<usize>,
+                       default: Option<&str>| {
             let oid = if chars.is_some() {
                 1043
             } else {
@@ -1685,7 +1717,7 @@ impl CatalogState<'_> {
                 table.into(),
                 name.into(),
                 (pos as i64).into(),
-                V::N,
+                default.map_or(V::N, V::from),
                 if nullable { "YES" } else { "NO" }.into(),
                 data_type.into(),
                 length,
@@ -1726,6 +1758,7 @@ impl CatalogState<'_> {
                     f.data_type(),
                     f.is_nullable(),
                     max_chars(f),
+                    default_text(f),
                 );
             }
         }
@@ -1738,6 +1771,7 @@ impl CatalogState<'_> {
                     name,
                     &arrow_type(*kind),
                     true,
+                    None,
                     None,
                 );
             }

@@ -1,9 +1,11 @@
-//! Declared keys (`PRIMARY KEY`, `UNIQUE`) and character lengths
-//! (`varchar(n)`) of a table, and their enforcement on every write.
+//! Declared keys (`PRIMARY KEY`, `UNIQUE`), character lengths
+//! (`varchar(n)`) and column defaults of a table, and the enforcement of
+//! keys and lengths on every write.
 //!
-//! Both live in the table's Arrow schema: a key as schema metadata
+//! All live in the table's Arrow schema: a key as schema metadata
 //! (`stride.key.<i>` = `"p 0,2 name"` — kind, column indices, name), a
-//! length as field metadata (`stride.max_chars`). So they persist with the
+//! length and a default as field metadata (`stride.max_chars`,
+//! `stride.default`). So they persist with the
 //! table (the log and checkpoints write the schema as it is) and every
 //! snapshot of the table carries them.
 //!
@@ -37,6 +39,9 @@ use crate::error::{Result, StorageError};
 const KEY_PREFIX: &str = "stride.key.";
 /// Field metadata key of a string column's maximum length in characters.
 pub const MAX_CHARS: &str = "stride.max_chars";
+/// Field metadata key of a column's `DEFAULT` expression, as SQL text
+/// (the SQL layer plans it into every `INSERT` that leaves the column out).
+pub const DEFAULT: &str = "stride.default";
 
 /// A `PRIMARY KEY` or `UNIQUE` constraint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +113,18 @@ pub fn max_chars(field: &Field) -> Option<usize> {
 pub fn with_max_chars(field: Field, n: usize) -> Field {
     let mut metadata = field.metadata().clone();
     metadata.insert(MAX_CHARS.to_string(), n.to_string());
+    field.with_metadata(metadata)
+}
+
+/// A column's `DEFAULT` expression as SQL text.
+pub fn default_text(field: &Field) -> Option<&str> {
+    field.metadata().get(DEFAULT).map(String::as_str)
+}
+
+/// `field` with `DEFAULT` expression `sql`.
+pub fn with_default(field: Field, sql: &str) -> Field {
+    let mut metadata = field.metadata().clone();
+    metadata.insert(DEFAULT.to_string(), sql.to_string());
     field.with_metadata(metadata)
 }
 

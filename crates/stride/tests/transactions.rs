@@ -405,7 +405,7 @@ fn a_key_value_committed_first_fails_the_second_transaction() {
 }
 
 #[test]
-fn keys_and_lengths_survive_a_restart() {
+fn keys_lengths_and_defaults_survive_a_restart() {
     let dir = std::env::temp_dir().join(format!("stride-txn-keys-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let config = stride_storage::durable::DataDirConfig {
@@ -419,20 +419,28 @@ fn keys_and_lengths_survive_a_restart() {
         let mut s = e.session();
         run(
             &mut s,
-            "create table kd (id int, v varchar(2), constraint kd_id primary key (id))",
+            "create table kd (id int, v varchar(2), d int default 7, \
+             constraint kd_id primary key (id))",
         );
-        run(&mut s, "insert into kd values (1, 'a')");
+        run(&mut s, "insert into kd values (1, 'a', 0)");
     }
     let e = engine();
     e.open_data_dir(&config).unwrap();
     let mut s = e.session();
-    let dup = fails(&mut s, "insert into kd values (1, 'b')");
+    let dup = fails(&mut s, "insert into kd (id, v) values (1, 'b')");
     assert_eq!(sqlstate::of(&dup), "23505", "{dup}");
     assert!(dup.to_string().contains("kd_id"), "{dup}");
-    let long = fails(&mut s, "insert into kd values (2, 'abc')");
+    let long = fails(&mut s, "insert into kd (id, v) values (2, 'abc')");
     assert_eq!(sqlstate::of(&long), "22001", "{long}");
-    run(&mut s, "insert into kd values (2, 'ab')");
+    run(&mut s, "insert into kd (id, v) values (2, 'ab')");
     assert_eq!(count(&mut s, "kd"), 2);
+    // The default came back with the table.
+    let out = s.query("select d from kd where id = 2").unwrap();
+    let d = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int32Type>(
+        out.batches[0].column(0),
+    )
+    .value(0);
+    assert_eq!(d, 7);
     drop(s);
     drop(e);
     std::fs::remove_dir_all(&dir).unwrap();

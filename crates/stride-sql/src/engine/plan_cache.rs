@@ -737,10 +737,10 @@ fn detach(plan: LogicalPlan) -> Result<LogicalPlan> {
         let table = &source.table;
         let empty = Table::new(table.name(), table.schema().clone(), Vec::new())
             .map_err(|e| datafusion_common::DataFusionError::External(Box::new(e)))?;
-        scan.source = Arc::new(StrideTableSource {
-            table: Arc::new(empty),
-            origin: source.origin.clone(),
-        });
+        scan.source = Arc::new(StrideTableSource::scanned(
+            Arc::new(empty),
+            source.origin.clone(),
+        ));
         Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
     })
     .map(|t| t.data)

@@ -545,7 +545,7 @@ impl Session {
                 ))));
             }
             let origin = source.origin.clone();
-            scan.source = Arc::new(StrideTableSource { table: now, origin });
+            scan.source = Arc::new(StrideTableSource::scanned(now, origin));
             Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
         })
         .map(|t| t.data)

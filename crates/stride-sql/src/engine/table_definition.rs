@@ -1,6 +1,7 @@
 //! What `CREATE TABLE` declares beyond column types and `NOT NULL`:
-//! `PRIMARY KEY` and `UNIQUE` keys (column or table constraints) and the
-//! lengths of `varchar(n)` columns. Stride enforces them
+//! `PRIMARY KEY` and `UNIQUE` keys (column or table constraints), the
+//! lengths of `varchar(n)` columns and `DEFAULT` expressions (planned into
+//! each `INSERT` that leaves their column out: `crate::context`). Stride enforces them
 //! (`stride_storage::constraints`); what it would not enforce it refuses
 //! (`REFERENCES`, `CHECK`, `char(n)`, `NULLS NOT DISTINCT`, deferrable
 //! keys, index options), so that nothing declared is silently ignored.
@@ -39,6 +40,8 @@ pub(super) struct Declared {
     keys: Vec<DeclaredKey>,
     /// `varchar(n)` columns: (column, n).
     lengths: Vec<(String, usize)>,
+    /// `DEFAULT` expressions: (column, SQL text).
+    defaults: Vec<(String, String)>,
 }
 
 /// The declaration of `stmt` if it is a `CREATE TABLE` with column
@@ -106,6 +109,10 @@ fn read(create: &CreateTable) -> Result<Declared> {
                 }
                 ColumnOption::Check(_) => {
                     return Err(refuse(format!("CHECK on column \"{name}\"")))
+                }
+                ColumnOption::Default(e) => {
+                    out.defaults.push((name.clone(), e.to_string()));
+                    continue;
                 }
                 _ => continue,
             };
@@ -186,7 +193,7 @@ fn key_columns(columns: &[IndexColumn]) -> Result<Vec<String>> {
 impl Declared {
     /// Whether anything is declared.
     fn is_empty(&self) -> bool {
-        self.keys.is_empty() && self.lengths.is_empty()
+        self.keys.is_empty() && self.lengths.is_empty() && self.defaults.is_empty()
     }
 
     /// `plan` (a bound `CREATE TABLE`) with the declaration in its
@@ -231,6 +238,10 @@ impl Declared {
         for (column, n) in &self.lengths {
             let i = index(column)?;
             fields[i] = constraints::with_max_chars(fields[i].clone(), *n);
+        }
+        for (column, sql) in &self.defaults {
+            let i = index(column)?;
+            fields[i] = constraints::with_default(fields[i].clone(), sql);
         }
         let mut keys: Vec<KeyConstraint> = Vec::new();
         let mut taken: Vec<String> = Vec::new();
@@ -388,9 +399,10 @@ mod tests {
 
     #[test]
     fn varchar_lengths_are_kept_on_their_columns() {
-        let d = parse("create table t (a varchar(5), b text, c character varying(2))")
+        let d = parse("create table t (a varchar(5), b text default 'x', c character varying(2))")
             .unwrap()
             .unwrap();
         assert_eq!(d.lengths, [("a".to_string(), 5), ("c".to_string(), 2)]);
+        assert_eq!(d.defaults, [("b".to_string(), "'x'".to_string())]);
     }
 }
