@@ -104,6 +104,25 @@ pub fn with_keys(schema: Schema, keys: &[KeyConstraint]) -> Result<Schema> {
     Ok(schema.with_metadata(metadata))
 }
 
+/// The schema of a table made from a query's rows (`CREATE TABLE … AS`):
+/// a query's result keeps its inputs' metadata, but keys and defaults are
+/// its source tables', not the new table's, so both are dropped. Lengths
+/// stay, as PostgreSQL keeps `varchar(n)` of a column selected as it is.
+pub fn derived(schema: &Schema) -> Schema {
+    let mut metadata = schema.metadata().clone();
+    metadata.retain(|k, _| !k.starts_with(KEY_PREFIX));
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let mut m = f.metadata().clone();
+            m.remove(DEFAULT);
+            f.as_ref().clone().with_metadata(m)
+        })
+        .collect();
+    Schema::new_with_metadata(fields, metadata)
+}
+
 /// The maximum length in characters of a string column (`varchar(n)`).
 pub fn max_chars(field: &Field) -> Option<usize> {
     field.metadata().get(MAX_CHARS)?.parse().ok()
@@ -373,6 +392,19 @@ mod tests {
         assert!(sizes.len() <= 11, "{sizes:?}");
         assert!(sizes.windows(2).all(|w| w[0] > 2 * w[1]), "{sizes:?}");
         assert!(extend_indexes("t", &s, k, Some(&idx), &[batch(&s, &[500], &[None])]).is_err());
+    }
+
+    #[test]
+    fn a_table_made_from_a_query_keeps_lengths_but_not_keys_or_defaults() {
+        let s = schema();
+        let mut fields: Vec<Field> = s.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields[0] = with_default(fields[0].clone(), "7");
+        let s = Schema::new_with_metadata(fields, s.metadata().clone());
+        assert_eq!(default_text(s.field(0)), Some("7"));
+        let d = derived(&s);
+        assert!(keys(&d).is_empty());
+        assert_eq!(default_text(d.field(0)), None);
+        assert_eq!(max_chars(d.field(1)), Some(3));
     }
 
     #[test]

@@ -94,6 +94,13 @@ impl Session {
                 let arrow_schema: SchemaRef = Arc::new(c.input.schema().as_arrow().clone());
                 let is_plain_create =
                     matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row);
+                // Rows of a query: its source tables' keys and defaults are
+                // not the new table's.
+                let arrow_schema = if is_plain_create {
+                    arrow_schema
+                } else {
+                    Arc::new(stride_storage::constraints::derived(&arrow_schema))
+                };
                 let (batches, tag) = if is_plain_create {
                     (Vec::new(), "CREATE TABLE".to_string())
                 } else {
