@@ -68,6 +68,7 @@ mod copy;
 mod cursor;
 mod ddl;
 mod dml;
+mod insert_defaults;
 mod insert_source;
 mod literal_mask;
 mod live;

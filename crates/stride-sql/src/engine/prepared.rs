@@ -141,7 +141,25 @@ impl Session {
         let sql = stmt.to_string();
         // Named as written, before any rewriting.
         let names = ColumnNames::of_statement(&stmt);
-        let stmt = super::insert_source::rewrite(stmt)?;
+        let mut stmt = super::insert_source::rewrite(stmt)?;
+        super::insert_defaults::rewrite(&mut stmt, &|parts| {
+            let (schema, table) = match parts {
+                [table] => (self.default_schema.clone(), table.clone()),
+                [.., schema, table] => (schema.clone(), table.clone()),
+                [] => return None,
+            };
+            let t = self.catalog_view().table(&schema, &table).ok()?;
+            Some(
+                t.schema()
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let default = stride_storage::constraints::default_text(f);
+                        (f.name().clone(), default.map(str::to_string))
+                    })
+                    .collect(),
+            )
+        })?;
         if let DFStatement::Statement(s) = &stmt {
             if let SqlStatement::ShowVariable { variable } = s.as_ref() {
                 let name = variable
