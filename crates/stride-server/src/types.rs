@@ -187,44 +187,24 @@ fn list_value(a: &ArrayRef, row: usize) -> ArrayRef {
     }
 }
 
-/// PostgreSQL's array text, `{1,2,NULL}`: an element is double-quoted
-/// (with `"` and `\` escaped) where it is empty, is `NULL` spelled as a
-/// string, or holds a brace, comma, quote, backslash or white space.
+/// PostgreSQL's array text, `{1,2,NULL}`: each element in its own text
+/// form, quoted as `stride_sql::pg_catalog::format_array_of` quotes.
 fn array_text(items: &ArrayRef, out: &mut Vec<u8>) {
     let options = FormatOptions::default();
     let Ok(fmt) = ArrayFormatter::try_new(items.as_ref(), &options) else {
         return;
     };
-    out.push(b'{');
-    for i in 0..items.len() {
-        if i > 0 {
-            out.push(b',');
-        }
-        if is_null(items, i) {
-            out.extend_from_slice(b"NULL");
-            continue;
-        }
-        let mut item = Vec::new();
-        encode_text(items, i, &mut item, &fmt);
-        let quote = item.is_empty()
-            || item.eq_ignore_ascii_case(b"null")
-            || item
-                .iter()
-                .any(|b| matches!(b, b'{' | b'}' | b',' | b'"' | b'\\') || b.is_ascii_whitespace());
-        if quote {
-            out.push(b'"');
-            for &b in &item {
-                if b == b'"' || b == b'\\' {
-                    out.push(b'\\');
-                }
-                out.push(b);
-            }
-            out.push(b'"');
-        } else {
-            out.extend_from_slice(&item);
-        }
-    }
-    out.push(b'}');
+    let texts: Vec<Option<String>> = (0..items.len())
+        .map(|i| {
+            (!is_null(items, i)).then(|| {
+                let mut item = Vec::new();
+                encode_text(items, i, &mut item, &fmt);
+                String::from_utf8_lossy(&item).into_owned()
+            })
+        })
+        .collect();
+    let text = stride_sql::pg_catalog::format_array_of(texts.iter().map(Option::as_deref));
+    out.extend_from_slice(text.as_bytes());
 }
 
 /// PostgreSQL's binary array of one dimension: dimensions, NULL flag,

@@ -1856,13 +1856,7 @@ impl CatalogState<'_> {
     /// or `pg_get_indexdef` of its index (`CREATE UNIQUE INDEX …`): by the
     /// constraint's OID or the index's. `None` for any other OID.
     pub fn key_definition(&self, oid: i64, index: bool) -> Option<String> {
-        let (schema, table, key) = self.keys().into_iter().find(|(schema, table, key)| {
-            if index {
-                relation_oid(schema, &key.name) == oid
-            } else {
-                constraint_oid(schema, table.name(), &key.name) == oid
-            }
-        })?;
+        let (schema, table, key) = self.key_by_oid(oid, index)?;
         let columns: Vec<String> = key
             .columns
             .iter()
@@ -1883,6 +1877,24 @@ impl CatalogState<'_> {
         })
     }
 
+    /// The name of column `n` (from 1) of the key whose index is `oid`.
+    pub fn index_column(&self, oid: i64, n: usize) -> Option<String> {
+        let (_, table, key) = self.key_by_oid(oid, true)?;
+        let column = *key.columns.get(n.checked_sub(1)?)?;
+        Some(quote_ident(table.schema().field(column).name()))
+    }
+
+    /// The key whose constraint (or, with `index`, whose index) is `oid`.
+    fn key_by_oid(&self, oid: i64, index: bool) -> Option<(String, Arc<Table>, KeyConstraint)> {
+        self.keys().into_iter().find(|(schema, table, key)| {
+            if index {
+                relation_oid(schema, &key.name) == oid
+            } else {
+                constraint_oid(schema, table.name(), &key.name) == oid
+            }
+        })
+    }
+
     /// The schema named by namespace `oid`.
     pub fn namespace_name(&self, oid: i64) -> Option<String> {
         self.schemas().into_iter().find(|s| namespace_oid(s) == oid)
@@ -1899,16 +1911,28 @@ impl CatalogState<'_> {
 
 /// PostgreSQL's text form of a one-dimensional array of text: `{a,"b c"}`.
 pub fn format_array(items: &[String]) -> String {
+    format_array_of(items.iter().map(|s| Some(s.as_str())))
+}
+
+/// PostgreSQL's text form of a one-dimensional array whose elements are
+/// given in their text form (`None`: NULL): `{a,"b c",NULL}`. An element is
+/// double-quoted (with `"` and `\` escaped) where it is empty, is `NULL`
+/// spelled as a string, or holds a brace, comma, quote, backslash or white
+/// space.
+pub fn format_array_of<'a>(items: impl IntoIterator<Item = Option<&'a str>>) -> String {
     let quoted: Vec<String> = items
-        .iter()
-        .map(|s| {
+        .into_iter()
+        .map(|item| {
+            let Some(s) = item else {
+                return "NULL".to_string();
+            };
             let plain = !s.is_empty()
                 && !s.eq_ignore_ascii_case("null")
                 && !s.contains(|c: char| {
                     matches!(c, '{' | '}' | ',' | '"' | '\\') || c.is_whitespace()
                 });
             if plain {
-                s.clone()
+                s.to_string()
             } else {
                 format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
             }

@@ -343,13 +343,7 @@ fn current_setting(ctx: &PgContext, args: &[ScalarValue]) -> DfResult<ScalarValu
         return Ok(ScalarValue::Utf8(None));
     };
     let missing_ok = matches!(args.get(1), Some(ScalarValue::Boolean(Some(true))));
-    let state = ctx.state();
-    let value = state
-        .settings
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name.trim()))
-        .map(|(_, v)| v.clone());
-    match value {
+    match ctx.setting(name.trim()) {
         Some(v) => Ok(utf8(v)),
         None if missing_ok => Ok(ScalarValue::Utf8(None)),
         None => Err(external(SqlError::setting(
@@ -523,22 +517,11 @@ fn pg_get_indexdef(ctx: &PgContext, args: &[ScalarValue]) -> DfResult<ScalarValu
         return Ok(ScalarValue::Utf8(None));
     };
     let state = ctx.state();
-    let Some(definition) = state.key_definition(oid, true) else {
-        return Ok(ScalarValue::Utf8(None));
+    let text = match args.get(1).and_then(int) {
+        Some(n) if n > 0 => state.index_column(oid, n as usize),
+        _ => state.key_definition(oid, true),
     };
-    match args.get(1).and_then(int) {
-        Some(n) if n > 0 => {
-            // The columns are the parenthesised list at the end.
-            let list = definition
-                .rsplit_once('(')
-                .map(|(_, l)| l.trim_end_matches(')').to_string())
-                .unwrap_or_default();
-            Ok(ScalarValue::Utf8(
-                list.split(", ").nth(n as usize - 1).map(str::to_string),
-            ))
-        }
-        _ => Ok(utf8(definition)),
-    }
+    Ok(text.map_or(ScalarValue::Utf8(None), utf8))
 }
 
 /// The definition of a key constraint (`PRIMARY KEY (a)`); NULL for an

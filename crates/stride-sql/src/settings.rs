@@ -80,8 +80,10 @@ pub struct SessionSettings {
     /// Whether this session's queries share scans; `None`: the engine's
     /// default (`--sharing`).
     pub sharing: Option<stride_exec::SharingMode>,
-    /// PostgreSQL settings, lower-case names.
-    pg: BTreeMap<String, String>,
+    /// PostgreSQL settings, lower-case names; shared until a `SET`
+    /// changes one, so that copying the settings (each statement's
+    /// catalog-function context takes a copy) allocates nothing.
+    pg: std::sync::Arc<BTreeMap<String, String>>,
 }
 
 impl Default for SessionSettings {
@@ -93,10 +95,12 @@ impl Default for SessionSettings {
             placement: None,
             affinity: None,
             sharing: None,
-            pg: PG_SETTINGS
-                .iter()
-                .map(|(k, v, _)| (k.to_string(), v.to_string()))
-                .collect(),
+            pg: std::sync::Arc::new(
+                PG_SETTINGS
+                    .iter()
+                    .map(|(k, v, _)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
         }
     }
 }
@@ -228,7 +232,7 @@ impl SessionSettings {
                 };
                 match accepted {
                     Some(v) => {
-                        self.pg.insert(name.to_string(), v);
+                        std::sync::Arc::make_mut(&mut self.pg).insert(name.to_string(), v);
                         Ok(())
                     }
                     None => Err(SqlError::setting(
@@ -264,7 +268,11 @@ impl SessionSettings {
 
     /// Every session-scoped setting (for `SHOW ALL`).
     pub fn all(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = self.pg.clone().into_iter().collect();
+        let mut out: Vec<(String, String)> = self
+            .pg
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         out.push((
             "stride.user_priority".into(),
             self.user_priority.to_string(),

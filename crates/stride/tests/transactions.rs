@@ -40,6 +40,18 @@ fn count(s: &mut Session, table: &str) -> i64 {
     arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(col).value(0)
 }
 
+/// An empty data directory for test `name`, with default sizes.
+fn fresh_data_dir(name: &str) -> (std::path::PathBuf, stride_storage::durable::DataDirConfig) {
+    let dir = std::env::temp_dir().join(format!("stride-txn-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = stride_storage::durable::DataDirConfig {
+        path: dir.clone(),
+        checkpoint_log_bytes: stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES,
+        bulk_write_bytes: stride_storage::durable::DEFAULT_BULK_WRITE_BYTES,
+    };
+    (dir, config)
+}
+
 fn exists(s: &mut Session, table: &str) -> bool {
     s.execute(&format!("select * from {table}")).is_ok()
 }
@@ -274,13 +286,7 @@ fn rollback_restores_session_settings() {
 
 #[test]
 fn only_committed_writes_outside_generated_schemas_reach_the_data_directory() {
-    let dir = std::env::temp_dir().join(format!("stride-txn-dir-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let config = stride_storage::durable::DataDirConfig {
-        path: dir.clone(),
-        checkpoint_log_bytes: stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES,
-        bulk_write_bytes: stride_storage::durable::DEFAULT_BULK_WRITE_BYTES,
-    };
+    let (dir, config) = fresh_data_dir("dir");
     {
         let e = engine();
         e.open_data_dir(&config).unwrap();
@@ -406,13 +412,7 @@ fn a_key_value_committed_first_fails_the_second_transaction() {
 
 #[test]
 fn keys_lengths_and_defaults_survive_a_restart() {
-    let dir = std::env::temp_dir().join(format!("stride-txn-keys-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let config = stride_storage::durable::DataDirConfig {
-        path: dir.clone(),
-        checkpoint_log_bytes: stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES,
-        bulk_write_bytes: stride_storage::durable::DEFAULT_BULK_WRITE_BYTES,
-    };
+    let (dir, config) = fresh_data_dir("keys");
     {
         let e = engine();
         e.open_data_dir(&config).unwrap();
@@ -448,13 +448,7 @@ fn keys_lengths_and_defaults_survive_a_restart() {
 
 #[test]
 fn bulk_writes_commit_with_their_block_and_a_lost_commit_leaves_no_file() {
-    let dir = std::env::temp_dir().join(format!("stride-txn-bulk-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let config = stride_storage::durable::DataDirConfig {
-        path: dir.clone(),
-        checkpoint_log_bytes: stride_storage::durable::DEFAULT_CHECKPOINT_LOG_BYTES,
-        bulk_write_bytes: stride_storage::durable::DEFAULT_BULK_WRITE_BYTES,
-    };
+    let (dir, config) = fresh_data_dir("bulk");
     let files = || std::fs::read_dir(dir.join("bulk")).unwrap().count();
     let storage = |s: &mut Session| -> (i64, i64) {
         let out = s

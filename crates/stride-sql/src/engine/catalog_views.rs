@@ -21,8 +21,9 @@ pub struct PgContext {
     catalog: Arc<stride_storage::Catalog>,
     pub search_path: String,
     pub role: RoleId,
-    /// The session's settings as `SHOW` gives them (`current_setting`).
-    settings: Vec<(String, String)>,
+    /// The session's settings (`current_setting`, `pg_settings`), listed
+    /// only when a function reads them.
+    settings: crate::settings::SessionSettings,
 }
 
 impl std::fmt::Debug for PgContext {
@@ -39,8 +40,20 @@ impl PgContext {
             &self.catalog,
             &self.search_path,
             self.role,
-            self.settings.clone(),
+            Vec::new(),
         )
+    }
+
+    /// The value of setting `name` (any case) as `SHOW` gives it.
+    pub fn setting(&self, name: &str) -> Option<String> {
+        let name = name.to_ascii_lowercase();
+        if name == "search_path" {
+            return Some(self.search_path.clone());
+        }
+        self.settings
+            .all()
+            .into_iter()
+            .find_map(|(n, v)| (n == name).then_some(v))
     }
 }
 
@@ -81,6 +94,17 @@ fn state<'a>(
     }
 }
 
+/// A session's settings with their values, `search_path` included, sorted.
+fn listed_settings(
+    settings: &crate::settings::SessionSettings,
+    search_path: &str,
+) -> Vec<(String, String)> {
+    let mut out = settings.all();
+    out.push(("search_path".into(), search_path.to_string()));
+    out.sort();
+    out
+}
+
 impl Session {
     /// The context the catalog functions of this session's next statement
     /// read.
@@ -90,16 +114,8 @@ impl Session {
             catalog: self.catalog_view().clone(),
             search_path: self.default_schema.clone(),
             role: self.role,
-            settings: self.catalog_settings(),
+            settings: self.settings.clone(),
         })
-    }
-
-    /// The session's settings with their values, `search_path` included.
-    fn catalog_settings(&self) -> Vec<(String, String)> {
-        let mut settings = self.settings.all();
-        settings.push(("search_path".into(), self.default_schema.clone()));
-        settings.sort();
-        settings
     }
 
     /// The view a statement names: `pg_catalog.<name>` and
@@ -115,7 +131,7 @@ impl Session {
                     catalog,
                     &self.default_schema,
                     self.role,
-                    self.catalog_settings(),
+                    listed_settings(&self.settings, &self.default_schema),
                 )
                 .view(schema, view);
             }

@@ -72,18 +72,19 @@ impl Call {
     fn length(&self) -> Expr {
         match self {
             Call::Unnest(a) | Call::Subscripts(a, None) => {
-                function("array_length", vec![a.clone(), one()])
+                crate::pg_compat::call("array_length", vec![a.clone(), one()])
             }
-            Call::Subscripts(a, Some(d)) => {
-                when_first(d, function("array_length", vec![a.clone(), one()]))
-            }
+            Call::Subscripts(a, Some(d)) => when_first(
+                d,
+                crate::pg_compat::call("array_length", vec![a.clone(), one()]),
+            ),
         }
     }
 
     /// Its value at subscript [`SUBSCRIPT`].
     fn value(&self) -> Expr {
         match self {
-            Call::Unnest(a) => function("array_element", vec![a.clone(), column()]),
+            Call::Unnest(a) => crate::pg_compat::call("array_element", vec![a.clone(), column()]),
             Call::Subscripts(_, None) => column(),
             Call::Subscripts(_, Some(d)) => when_first(d, column()),
         }
@@ -144,7 +145,7 @@ fn rewrite(select: &mut Select) {
     let count = if lengths.len() == 1 {
         lengths.remove(0)
     } else {
-        function("greatest", lengths)
+        crate::pg_compat::call("greatest", lengths)
     };
     let series = super::syntax::call(
         ObjectName::from(vec![Ident::new("generate_series")]),
@@ -211,10 +212,6 @@ fn column() -> Expr {
 
 fn one() -> Expr {
     Expr::value(Value::Number("1".into(), false))
-}
-
-fn function(name: &str, args: Vec<Expr>) -> Expr {
-    crate::pg_compat::call(name, args)
 }
 
 #[cfg(test)]
